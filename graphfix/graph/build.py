@@ -1,0 +1,132 @@
+"""Node construction at the graph's opset, with names that point back at the node being replaced.
+
+Reports and TensorRT logs name nodes; a rewritten Clip called ``/head/Clip`` becomes nodes named
+``/head/Clip/gf.Max_0`` so users can map TensorRT layer names back to their export.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+TensorLike = gs.Tensor | np.ndarray | int | float | bool | Sequence[int] | Sequence[float]
+
+
+class Builder:
+    """Adds nodes to ``graph``; every helper returns the new output tensor(s)."""
+
+    def __init__(self, graph: gs.Graph, prefix: str = "gf", _shared: dict | None = None) -> None:
+        self.graph = graph
+        self.opset: int = graph.opset
+        self.prefix = prefix
+        self._shared = _shared if _shared is not None else {"n": 0, "taken": None}
+
+    def scoped(self, prefix: str) -> Builder:
+        """A builder whose names start with ``prefix`` (usually the replaced node's name)."""
+        return Builder(self.graph, prefix, self._shared)
+
+    def name(self, hint: str) -> str:
+        shared = self._shared
+        if shared["taken"] is None:
+            shared["taken"] = {t for t in self.graph.tensors()} | {n.name for n in self.graph.nodes}
+        while True:
+            candidate = f"{self.prefix}/gf.{hint}_{shared['n']}"
+            shared["n"] += 1
+            if candidate not in shared["taken"]:
+                shared["taken"].add(candidate)
+                return candidate
+
+    # ------------------------------------------------------------------ tensors
+    def const(self, value: Any, dtype: Any = None, hint: str = "const") -> gs.Constant:
+        arr = np.asarray(value, dtype=dtype)
+        if arr.dtype == np.float64 and dtype is None:
+            arr = arr.astype(np.float32)
+        return gs.Constant(self.name(hint), arr if arr.flags.c_contiguous else arr.copy(order="C"))
+
+    def tensor(self, value: TensorLike, dtype: Any = None) -> gs.Tensor:
+        return value if isinstance(value, gs.Tensor) else self.const(value, dtype)
+
+    def op(
+        self,
+        op_type: str,
+        inputs: Sequence[TensorLike | None],
+        attrs: dict[str, Any] | None = None,
+        *,
+        dtype: Any = None,
+        shape: Sequence[int | str | None] | None = None,
+        outputs: int = 1,
+        domain: str | None = None,
+    ) -> gs.Variable | list[gs.Variable]:
+        """One node; ``None`` inputs become empty optional inputs."""
+        ins = [gs.Variable.empty() if i is None else self.tensor(i) for i in inputs]
+        outs = [gs.Variable(self.name(f"{op_type}_out"), dtype=dtype, shape=shape) for _ in range(outputs)]
+        node = gs.Node(op_type, name=self.name(op_type), attrs=dict(attrs or {}), inputs=ins, outputs=outs)
+        if domain:
+            node.domain = domain
+        self.graph.nodes.append(node)
+        return outs[0] if outputs == 1 else outs
+
+    # ------------------------------------------------------- opset-aware helpers
+    def _axes(self, axes: Sequence[int]) -> gs.Constant:
+        return self.const(np.asarray(list(axes), dtype=np.int64), hint="axes")
+
+    def reduce(self, op_type: str, x: gs.Tensor, axes: Sequence[int], keepdims: bool = True, **kw: Any) -> gs.Variable:
+        """ReduceX: axes moved from attribute to input in opset 13 (ReduceSum) / 18 (the rest)."""
+        as_input = self.opset >= (13 if op_type == "ReduceSum" else 18)
+        attrs = {"keepdims": int(keepdims)}
+        if as_input:
+            return self.op(op_type, [x, self._axes(axes)], attrs, **kw)
+        return self.op(op_type, [x], {**attrs, "axes": list(axes)}, **kw)
+
+    def unsqueeze(self, x: gs.Tensor, axes: Sequence[int], **kw: Any) -> gs.Variable:
+        if self.opset >= 13:
+            return self.op("Unsqueeze", [x, self._axes(axes)], **kw)
+        return self.op("Unsqueeze", [x], {"axes": list(axes)}, **kw)
+
+    def squeeze(self, x: gs.Tensor, axes: Sequence[int], **kw: Any) -> gs.Variable:
+        if self.opset >= 13:
+            return self.op("Squeeze", [x, self._axes(axes)], **kw)
+        return self.op("Squeeze", [x], {"axes": list(axes)}, **kw)
+
+    def slice(
+        self,
+        x: gs.Tensor,
+        starts: TensorLike,
+        ends: TensorLike,
+        axes: Sequence[int] | None = None,
+        steps: TensorLike | None = None,
+        **kw: Any,
+    ) -> gs.Variable:
+        """Slice with input-form starts/ends (opset >= 10); static attribute form below 10."""
+        if self.opset < 10:
+            attrs: dict[str, Any] = {"starts": list(np.atleast_1d(starts)), "ends": list(np.atleast_1d(ends))}
+            if axes is not None:
+                attrs["axes"] = list(axes)
+            return self.op("Slice", [x], attrs, **kw)
+        ins: list[Any] = [x, self.tensor(starts, np.int64), self.tensor(ends, np.int64)]
+        if axes is not None or steps is not None:
+            ins.append(self._axes(axes) if axes is not None else None)
+        if steps is not None:
+            ins.append(self.tensor(steps, np.int64))
+        return self.op("Slice", ins, **kw)
+
+    def cast(self, x: gs.Tensor, to: Any, **kw: Any) -> gs.Variable:
+        from onnx import helper
+
+        np_to = np.dtype(to)
+        return self.op("Cast", [x], {"to": helper.np_dtype_to_tensor_dtype(np_to)}, dtype=np_to, **kw)
+
+    def shape(self, x: gs.Tensor, **kw: Any) -> gs.Variable:
+        return self.op("Shape", [x], dtype=np.int64, **kw)
+
+    def concat(self, xs: Sequence[TensorLike], axis: int, **kw: Any) -> gs.Variable:
+        return self.op("Concat", list(xs), {"axis": axis}, **kw)
+
+    def reshape(self, x: gs.Tensor, shape: TensorLike, **kw: Any) -> gs.Variable:
+        return self.op("Reshape", [x, self.tensor(shape, np.int64)], **kw)
+
+    def transpose(self, x: gs.Tensor, perm: Sequence[int], **kw: Any) -> gs.Variable:
+        return self.op("Transpose", [x], {"perm": list(perm)}, **kw)

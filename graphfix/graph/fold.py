@@ -1,0 +1,159 @@
+"""Compute-at-rewrite-time values of tensors: initializers, Constant nodes, and foldable subgraphs.
+
+TensorRT's "must be an initializer" checks (Clip min/max before 8.2, Pad pads, CumSum axis, ...)
+fail on values that are computed in the graph even when they are constant. Passes ask the Folder
+for such values; it evaluates ancestors once each (memoised, so linear over a pass) with the ONNX
+reference implementation, and treats Shape of statically known dims as constant.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx.reference import ReferenceEvaluator
+from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
+
+from graphfix.graph.rewire import static_shape
+
+#: Refuse to fold values bigger than this many elements (folding must not blow up the model).
+MAX_FOLD_ELEMENTS = 1 << 20
+_NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+_MISSING = object()
+
+
+class Folder:
+    """Memoised constant evaluation over one graph (create one per pass run)."""
+
+    def __init__(self, graph: gs.Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> None:
+        self.opset: int = graph.opset
+        self.max_elements = max_elements
+        self._memo: dict[int, np.ndarray | None] = {}
+
+    def value(self, tensor: gs.Tensor | None) -> np.ndarray | None:
+        """The tensor's value if it is known without running the model, else None."""
+        if tensor is None:
+            return None
+        if isinstance(tensor, gs.Constant):
+            return np.asarray(tensor.values)
+        key = id(tensor)
+        cached = self._memo.get(key, _MISSING)
+        if cached is not _MISSING:
+            return cached  # type: ignore[return-value]
+        # Iterative post-order walk: deep shape chains must not hit Python's recursion limit.
+        stack: list[gs.Tensor] = [tensor]
+        while stack:
+            t = stack[-1]
+            if id(t) in self._memo:
+                stack.pop()
+                continue
+            pending = [i for i in self._deps(t) if not isinstance(i, gs.Constant) and id(i) not in self._memo]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            self._memo[id(t)] = self._compute(t)
+        return self._memo[key]
+
+    def is_constant(self, tensor: gs.Tensor | None) -> bool:
+        return self.value(tensor) is not None
+
+    # ---------------------------------------------------------------- internals
+    @staticmethod
+    def _producer(t: gs.Tensor) -> gs.Node | None:
+        return t.inputs[0] if isinstance(t, gs.Variable) and t.inputs else None
+
+    def _deps(self, t: gs.Tensor) -> list[gs.Tensor]:
+        node = self._producer(t)
+        if node is None or node.op in ("Shape", "Size", "Constant") or node.op in _NONDETERMINISTIC:
+            return []
+        if any(isinstance(v, gs.Graph) for v in node.attrs.values()):
+            return []
+        return [i for i in node.inputs if i.name]
+
+    def _compute(self, t: gs.Tensor) -> np.ndarray | None:
+        node = self._producer(t)
+        if node is None or node.op in _NONDETERMINISTIC or (node.domain or "") not in ("", "ai.onnx"):
+            return None
+        if node.op == "Constant":
+            return _constant_node_value(node)
+        if node.op in ("Shape", "Size"):
+            return _static_shape_value(node)
+        if any(isinstance(v, gs.Graph) for v in node.attrs.values()):
+            return None
+        values = []
+        for i in node.inputs:
+            if not i.name:
+                values.append(None)
+                continue
+            v = np.asarray(i.values) if isinstance(i, gs.Constant) else self._memo.get(id(i))
+            if v is None or v.size > self.max_elements:
+                return None
+            values.append(v)
+        try:
+            outs = _evaluate(node, values, self.opset)
+        except Exception:  # noqa: BLE001 - unevaluable means "not constant", never an error
+            return None
+        for out_tensor, out_value in zip(node.outputs, outs, strict=False):
+            if out_tensor is not t:
+                self._memo.setdefault(id(out_tensor), _bounded(out_value, self.max_elements))
+        return _bounded(outs[node.outputs.index(t)], self.max_elements)
+
+
+def _bounded(v: np.ndarray | None, limit: int) -> np.ndarray | None:
+    if v is None:
+        return None
+    v = np.asarray(v)
+    return v if v.size <= limit else None
+
+
+def _constant_node_value(node: gs.Node) -> np.ndarray | None:
+    attrs = node.attrs
+    if "value" in attrs:
+        return np.asarray(attrs["value"].values)
+    for key, dtype in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64), ("value_ints", np.int64)):
+        if key in attrs:
+            return np.asarray(attrs[key], dtype=dtype)
+    return None
+
+
+def _static_shape_value(node: gs.Node) -> np.ndarray | None:
+    shape = static_shape(node.inputs[0])
+    if shape is None:
+        if node.op == "Shape":
+            return _partial_shape_value(node)
+        return None
+    if node.op == "Size":
+        return np.asarray(int(np.prod(shape)), dtype=np.int64)
+    start, end = node.attrs.get("start", 0), node.attrs.get("end", None)
+    return np.asarray(shape[start:end], dtype=np.int64)
+
+
+def _partial_shape_value(node: gs.Node) -> np.ndarray | None:
+    """Shape(x)[start:end] is constant when that window of x's dims is static."""
+    shape = node.inputs[0].shape
+    if shape is None:
+        return None
+    window = list(shape)[node.attrs.get("start", 0) : node.attrs.get("end", None)]
+    if all(isinstance(d, (int, np.integer)) and d >= 0 for d in window):
+        return np.asarray(window, dtype=np.int64)
+    return None
+
+
+def _evaluate(node: gs.Node, values: list[np.ndarray | None], opset: int) -> list[np.ndarray]:
+    proto = OnnxExporter.export_node(node)
+    in_names = [f"in{k}" if v is not None else "" for k, v in enumerate(values)]
+    out_names = [f"out{k}" for k in range(len(node.outputs))]
+    del proto.input[:]
+    proto.input.extend(in_names)
+    del proto.output[:]
+    proto.output.extend(out_names)
+    graph = onnx.helper.make_graph(
+        [proto],
+        "fold",
+        [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in in_names if n],
+        [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in out_names],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    feeds = {n: v for n, v in zip(in_names, values, strict=True) if n}
+    return [np.asarray(o) for o in ReferenceEvaluator(model).run(None, feeds)]

@@ -1,0 +1,128 @@
+"""Loading, validating and atomically saving ONNX models.
+
+onnx >= 1.23 writes IR version 14 while onnxruntime 1.31 reads at most 13, so every model that
+leaves graphfix (to disk or to an onnxruntime session) goes through :func:`runtime_compatible`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from graphfix.errors import GraphfixError
+
+#: Highest IR version onnxruntime 1.31 loads.
+MAX_IR_VERSION = 13
+#: Default-domain opsets graphfix rewrites (onnxruntime's CPU kernels start at 7; TensorRT parsers at 9).
+MIN_OPSET = 7
+#: 2 GiB protobuf limit: larger models are written with external data.
+_PROTO_LIMIT = 2**31 - 1
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0].strip()
+
+
+def load_model(path: str | os.PathLike) -> onnx.ModelProto:
+    """Read and structurally check a model; every failure is a GraphfixError naming the file."""
+    p = Path(path)
+    if not p.exists():
+        raise GraphfixError("no such file", str(p))
+    if p.is_dir():
+        raise GraphfixError("is a directory, not an ONNX file", str(p))
+    try:
+        model = onnx.load(str(p))
+    except (DecodeError, RuntimeError, ValueError, OSError) as exc:
+        raise GraphfixError(f"not a readable ONNX model ({first_line(exc)})", str(p)) from exc
+    if not model.graph.node and not model.graph.output:
+        raise GraphfixError("not an ONNX model (no graph, no outputs)", str(p))
+    check_graph(model, str(p))
+    return model
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return imp.version
+    return 1
+
+
+def check_graph(model: onnx.ModelProto, where: str) -> None:
+    """Reject graphs graphfix cannot rewrite safely: unsupported opset, cycles, dangling inputs."""
+    opset = default_opset(model)
+    newest = onnx.defs.onnx_opset_version()
+    if not MIN_OPSET <= opset <= newest:
+        raise GraphfixError(f"unsupported opset {opset} (graphfix handles {MIN_OPSET}..{newest})", where)
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        raise GraphfixError(f"invalid graph: {_checker_reason(exc)}", where) from exc
+
+
+def _checker_reason(exc: BaseException) -> str:
+    text = first_line(exc)
+    if "topologically sorted" in text or "not output of any previous nodes" in text:
+        return f"{text} (a cycle, or an input no node, initializer or graph input provides)"
+    return text
+
+
+def passes_full_check(model: onnx.ModelProto) -> bool:
+    try:
+        onnx.checker.check_model(runtime_compatible(model), full_check=True)
+    except Exception:  # noqa: BLE001 - any failure just means "not fully checkable"
+        return False
+    return True
+
+
+def runtime_compatible(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Clamp the IR version to what onnxruntime reads, without going below what the opsets need."""
+    if model.ir_version <= MAX_IR_VERSION:
+        return model
+    needed = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
+    if needed > MAX_IR_VERSION:
+        raise GraphfixError(f"needs IR version {needed}; onnxruntime reads at most {MAX_IR_VERSION}")
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    out.ir_version = max(needed, min(model.ir_version, MAX_IR_VERSION))
+    return out
+
+
+def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
+    """Write atomically: a temp file in the target directory, then rename; nothing half-written remains."""
+    p = Path(path)
+    if not p.parent.exists():
+        raise GraphfixError(f"output directory {p.parent} does not exist", str(p))
+    if p.is_dir():
+        raise GraphfixError("output path is a directory", str(p))
+    model = runtime_compatible(model)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    os.close(fd)
+    try:
+        if model.ByteSize() > _PROTO_LIMIT:
+            raise GraphfixError("model exceeds 2 GiB; external-data output is not supported yet", str(p))
+        with open(tmp, "wb") as fh:
+            fh.write(model.SerializeToString())
+        os.replace(tmp, p)
+    except OSError as exc:
+        raise GraphfixError(f"cannot write output ({first_line(exc)})", str(p)) from exc
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def check_output_path(inp: str | os.PathLike, out: str | os.PathLike) -> None:
+    """Fail before any work when the output cannot be written or would overwrite the input."""
+    pi, po = Path(inp), Path(out)
+    if po.exists() and pi.exists() and os.path.samefile(pi, po) or pi.resolve() == po.resolve():
+        raise GraphfixError("output path is the input path; graphfix never overwrites its input", str(po))
+    if not po.parent.exists():
+        raise GraphfixError(f"output directory {po.parent} does not exist", str(po))
+    if po.is_dir():
+        raise GraphfixError("output path is a directory", str(po))
+    if not os.access(po.parent, os.W_OK):
+        raise GraphfixError(f"output directory {po.parent} is not writable", str(po))

@@ -1,0 +1,51 @@
+"""The pass registry: every module in this package that defines ``PASS`` is a pass.
+
+Adding a pass is adding a module; the pipeline order is each pass's ``order``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import cache
+
+from graphfix.errors import GraphfixError
+from graphfix.passes.base import Context, Finding, Pass, PassResult, Skip
+
+__all__ = ["Context", "Finding", "Pass", "PassResult", "Skip", "all_passes", "get", "select"]
+
+
+@cache
+def all_passes() -> tuple[Pass, ...]:
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name == "base" or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        p = getattr(module, "PASS", None)
+        if isinstance(p, Pass):
+            found.append(p)
+    names = [p.name for p in found]
+    dupes = {n for n in names if names.count(n) > 1}
+    if dupes:
+        raise RuntimeError(f"duplicate pass names: {sorted(dupes)}")
+    return tuple(sorted(found, key=lambda p: (p.order, p.name)))
+
+
+def get(name: str) -> Pass:
+    for p in all_passes():
+        if p.name == name:
+            return p
+    raise GraphfixError(f"unknown pass {name!r}; valid passes: {', '.join(p.name for p in all_passes())}")
+
+
+def select(passes: str | list[str] | tuple[str, ...] = "all", skip: list[str] | tuple[str, ...] = ()) -> list[Pass]:
+    """Resolve a user's pass list (``"all"``, ``"a,b"`` or a list) into pipeline order."""
+    if isinstance(passes, str):
+        names = [n.strip() for n in passes.split(",") if n.strip()]
+    else:
+        names = list(passes)
+    chosen = list(all_passes()) if names in (["all"], []) else [get(n) for n in names]
+    skipped = {get(n).name for n in skip}
+    chosen_names = {p.name for p in chosen} - skipped
+    return [p for p in all_passes() if p.name in chosen_names]

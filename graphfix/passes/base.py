@@ -1,0 +1,116 @@
+"""What a pass is: a named rewrite of one TensorRT-rejected pattern, declared in one module.
+
+A pass module defines ``PASS = Pass(...)``: its CLI/API/report name, its place in the pipeline,
+a one-line summary, the ids of the TensorRT errors it fixes (``graphfix/trt/data/errors.json``),
+the parser versions that need it, a cheap ``match`` predicate and the ``rewrite``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import Builder, Folder, to_graph, to_model
+from graphfix.trt.versions import TrtVersion, VersionRange
+
+
+@dataclass
+class Finding:
+    """A matched node the pass did not rewrite, and why (shown in reports and `graphfix check`)."""
+
+    node: str
+    op: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"node": self.node, "op": self.op, "message": self.message}
+
+
+class Skip(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised by a rewrite to leave a matched node as it is, with the reason as a finding."""
+
+
+@dataclass
+class Context:
+    """What a rewrite gets besides the node: the graph, a builder, a folder and the user's target."""
+
+    graph: gs.Graph
+    builder: Builder
+    folder: Folder
+    trt: TrtVersion | None = None
+    force: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def opset(self) -> int:
+        return self.graph.opset
+
+
+@dataclass
+class PassResult:
+    model: onnx.ModelProto
+    matched: int
+    rewritten: int
+    findings: list[Finding]
+    nodes_before: int
+    nodes_after: int
+    seconds: float
+
+    @property
+    def changed(self) -> bool:
+        return self.rewritten > 0
+
+
+Match = Callable[[gs.Node, Context], bool]
+Rewrite = Callable[[gs.Node, Context], None]
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    order: int
+    summary: str
+    fixes: tuple[str, ...]
+    needed_by: str
+    match: Match
+    rewrite: Rewrite
+    doc: str = ""
+
+    @property
+    def versions(self) -> VersionRange:
+        return VersionRange(self.needed_by)
+
+    def needed_for(self, trt: TrtVersion | str) -> bool:
+        return trt in self.versions
+
+    def run_on_graph(self, graph: gs.Graph, trt: TrtVersion | None = None, force: bool = False) -> tuple[int, int, list[Finding]]:
+        """Rewrite every matching node of ``graph`` in place; returns (matched, rewritten, findings)."""
+        ctx = Context(graph, Builder(graph, self.name), Folder(graph), trt, force)
+        candidates = [n for n in graph.nodes if self.match(n, ctx)]
+        findings: list[Finding] = []
+        for node in candidates:
+            ctx.builder = ctx.builder.scoped(node.name or f"{node.op}")
+            try:
+                self.rewrite(node, ctx)
+            except Skip as why:
+                findings.append(Finding(node.name, node.op, str(why)))
+        return len(candidates), len(candidates) - len(findings), findings
+
+    def apply(self, model: onnx.ModelProto, trt: TrtVersion | str | None = None, force: bool = False) -> PassResult:
+        """Run this pass alone, unverified (the pipeline adds onnxruntime verification)."""
+        start = time.perf_counter()
+        graph = to_graph(model)
+        before = len(graph.nodes)
+        version = TrtVersion(trt) if isinstance(trt, str) else trt
+        matched, rewritten, findings = self.run_on_graph(graph, version, force)
+        out = to_model(graph, model) if rewritten else model
+        after = len(graph.nodes) if rewritten else before
+        return PassResult(out, matched, rewritten, findings, before, after, time.perf_counter() - start)
+
+    def __call__(self, model: onnx.ModelProto, **kw: Any) -> onnx.ModelProto:
+        return self.apply(model, **kw).model

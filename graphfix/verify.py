@@ -1,0 +1,200 @@
+"""onnxruntime verification: inputs made once, one session per graph state, polygraphy comparison.
+
+Inputs come from polygraphy's DataLoader (seeded, dtype-aware); runs go through polygraphy's
+Comparator so results are polygraphy RunResults that ``polygraphy run --load-outputs`` reads;
+comparisons use polygraphy's SimpleCompareFunc (abs/rel tolerance per output).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
+from polygraphy.comparator import Comparator, DataLoader, RunResults
+from polygraphy.comparator.compare import SimpleCompareFunc
+from polygraphy.comparator.struct import IterationResult
+from polygraphy.common import TensorMetadata
+from polygraphy.logger import G_LOGGER
+
+from graphfix.errors import GraphfixError
+from graphfix.model_io import first_line, runtime_compatible
+
+Feeds = list[dict[str, np.ndarray]]
+
+
+@contextlib.contextmanager
+def quiet_polygraphy() -> Iterator[None]:
+    """Polygraphy logs every run and comparison at INFO; graphfix prints its own table."""
+    with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
+        yield
+
+
+# ------------------------------------------------------------------ user options
+_SHAPE = re.compile(r"^(?P<name>.+):(?P<dims>\d+(?:x\d+)*|\[\s*\d*(?:\s*,\s*\d+)*\s*\])$")
+_RANGE = re.compile(r"^(?P<name>.+):\[\s*(?P<lo>[-+0-9.eE]+)\s*,\s*(?P<hi>[-+0-9.eE]+)\s*\]$")
+
+
+def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """trtexec style: ``name:1x3x224x224`` (``name:[1,3,224,224]`` also accepted); several
+    separated by commas or given as several arguments."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in _split_items(items):
+        m = _SHAPE.match(item)
+        if not m:
+            raise GraphfixError(f"bad --input-shapes entry {item!r}: expected name:1x3x224x224")
+        dims = m.group("dims").strip("[]")
+        sep = "x" if "x" in dims or "," not in dims else ","
+        shapes[m.group("name")] = tuple(int(d) for d in dims.split(sep) if d.strip())
+    return shapes
+
+
+def parse_val_ranges(items: list[str] | None) -> dict[str, tuple[float, float]]:
+    """polygraphy style: ``name:[lo,hi]``."""
+    ranges: dict[str, tuple[float, float]] = {}
+    for item in items or []:
+        m = _RANGE.match(item.strip())
+        if not m:
+            raise GraphfixError(f"bad --val-range entry {item!r}: expected name:[lo,hi]")
+        lo, hi = float(m.group("lo")), float(m.group("hi"))
+        if lo > hi:
+            raise GraphfixError(f"bad --val-range entry {item!r}: lo > hi")
+        ranges[m.group("name")] = (lo, hi)
+    return ranges
+
+
+def _split_items(items: list[str] | None) -> list[str]:
+    out: list[str] = []
+    for item in items or []:
+        # "a:1x3,b:2x2" but not "a:[1,3]"
+        out.extend(p.strip() for p in re.split(r",(?![^\[]*\])", item) if p.strip())
+    return out
+
+
+# ------------------------------------------------------------------ inputs
+def input_metadata(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]] | None = None) -> TensorMetadata:
+    """Graph inputs (not initializers) with dynamic dims taken from ``shapes`` or set to 1."""
+    shapes = dict(shapes or {})
+    inits = {i.name for i in model.graph.initializer}
+    meta = TensorMetadata()
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        if vi.name in shapes:
+            given = shapes.pop(vi.name)
+            if len(given) != len(dims) or any(d is not None and d != g for d, g in zip(dims, given, strict=False)):
+                raise GraphfixError(f"--input-shapes {vi.name}:{'x'.join(map(str, given))} does not fit the input's shape {_dims_str(dims)}")
+            dims = list(given)
+        meta.add(vi.name, dtype, tuple(1 if d is None else d for d in dims))
+    if shapes:
+        raise GraphfixError(f"--input-shapes names unknown inputs: {', '.join(shapes)} (inputs: {', '.join(meta.keys())})")
+    return meta
+
+
+def _dims_str(dims: list[int | None]) -> str:
+    return "x".join("?" if d is None else str(d) for d in dims)
+
+
+def make_inputs(
+    model: onnx.ModelProto,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    val_range: dict[str, tuple[float, float]] | None = None,
+    seed: int = 1,
+    iterations: int = 1,
+) -> Feeds:
+    """Deterministic random feeds, one dict per iteration (polygraphy DataLoader)."""
+    meta = input_metadata(model, shapes)
+    unknown = set(val_range or {}) - set(meta.keys())
+    if unknown:
+        raise GraphfixError(f"--val-range names unknown inputs: {', '.join(sorted(unknown))}")
+    with quiet_polygraphy():
+        loader = DataLoader(seed=seed, iterations=iterations, input_metadata=meta, val_range=dict(val_range or {}) or None)
+        return [dict(feed) for feed in loader]
+
+
+def load_inputs(path: str, model: onnx.ModelProto) -> Feeds:
+    """``.npz`` (one iteration) or polygraphy's JSON (``polygraphy run --save-inputs``)."""
+    p = Path(path)
+    if not p.exists():
+        raise GraphfixError("no such file", path)
+    try:
+        if p.suffix == ".npz":
+            with np.load(p) as data:
+                feeds = [{k: data[k] for k in data.files}]
+        else:
+            from polygraphy.json import load_json
+
+            feeds = [dict(f) for f in load_json(str(p))]
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the user's file
+        raise GraphfixError(f"cannot read inputs ({first_line(exc)})", path) from exc
+    expected = set(input_metadata(model).keys())
+    for feed in feeds:
+        if set(feed) != expected:
+            raise GraphfixError(f"inputs name {sorted(feed)}, the model needs {sorted(expected)}", path)
+    return feeds
+
+
+# ------------------------------------------------------------------ running
+class SessionCounter:
+    """Counts onnxruntime sessions (reports say what verification cost)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+def run(model: onnx.ModelProto, feeds: Feeds, name: str, counter: SessionCounter | None = None) -> RunResults:
+    """One onnxruntime session for ``model``, run on every feed."""
+    blob = runtime_compatible(model).SerializeToString()
+    runner = OnnxrtRunner(SessionFromOnnx(blob, providers=["CPUExecutionProvider"]), name=name)
+    if counter is not None:
+        counter.count += 1
+    with quiet_polygraphy():
+        return Comparator.run([runner], data_loader=feeds)
+
+
+def iterations(results: RunResults) -> list[IterationResult]:
+    return results[0][1]
+
+
+@dataclass
+class OutputDiff:
+    max_abs: float
+    max_rel: float
+    passed: bool
+    note: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return {"max_abs": self.max_abs, "max_rel": self.max_rel, "passed": self.passed, **({"note": self.note} if self.note else {})}
+
+
+def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: float) -> dict[str, OutputDiff]:
+    """Worst difference per output over all iterations (polygraphy SimpleCompareFunc)."""
+    func = SimpleCompareFunc(atol=atol, rtol=rtol, check_shapes=True)
+    diffs: dict[str, OutputDiff] = {}
+    with quiet_polygraphy():
+        for ref_it, cand_it in zip(iterations(reference), iterations(candidate), strict=True):
+            for name in ref_it:
+                if name not in cand_it:
+                    diffs[name] = OutputDiff(float("inf"), float("inf"), False, "output missing")
+                    continue
+                ref, cand = np.asarray(ref_it[name]), np.asarray(cand_it[name])
+                if ref.shape != cand.shape or ref.dtype != cand.dtype:
+                    note = f"{ref.dtype}{list(ref.shape)} became {cand.dtype}{list(cand.shape)}"
+                    diffs[name] = OutputDiff(float("inf"), float("inf"), False, note)
+                    continue
+                result = func(IterationResult({name: ref}), IterationResult({name: cand}))[name]
+                prev = diffs.get(name)
+                cur = OutputDiff(float(result.max_absdiff), float(result.max_reldiff), bool(result))
+                if prev is None:
+                    diffs[name] = cur
+                else:
+                    diffs[name] = OutputDiff(max(prev.max_abs, cur.max_abs), max(prev.max_rel, cur.max_rel), prev.passed and cur.passed, prev.note)
+    return diffs

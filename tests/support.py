@@ -1,0 +1,103 @@
+"""Test helpers: run onnxruntime before/after a pass, collect fixtures and ONNX node test cases."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from graphfix import passes
+from graphfix.graph import to_graph
+from graphfix.model_io import runtime_compatible
+from graphfix.passes.base import Context, PassResult
+from graphfix.verify import make_inputs
+
+#: Newest default-domain opset the installed onnxruntime implements (node test cases are newer).
+ORT_MAX_OPSET = 23
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    sess = ort.InferenceSession(runtime_compatible(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    names = {i.name for i in sess.get_inputs()}
+    return sess.run(None, {k: np.asarray(v) for k, v in feeds.items() if k in names})
+
+
+def remaining_matches(model: onnx.ModelProto, pass_name: str) -> list[str]:
+    """Names of nodes the pass would still match (must be empty after the pass)."""
+    p = passes.get(pass_name)
+    graph = to_graph(model)
+    from graphfix.graph import Builder, Folder
+
+    ctx = Context(graph, Builder(graph), Folder(graph))
+    return [f"{n.op}:{n.name}" for n in graph.nodes if p.match(n, ctx)]
+
+
+def assert_outputs_match(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], atol: float = 1e-6, rtol: float = 1e-6) -> None:
+    assert len(expected) == len(actual)
+    for e, a in zip(expected, actual, strict=True):
+        assert e.dtype == a.dtype, (e.dtype, a.dtype)
+        assert e.shape == a.shape, (e.shape, a.shape)
+        if e.dtype.kind in "biu":
+            np.testing.assert_array_equal(a, e)
+        else:
+            np.testing.assert_allclose(a, e, atol=atol, rtol=rtol)
+
+
+def check_rewrite(
+    model: onnx.ModelProto,
+    pass_name: str,
+    feeds: dict[str, np.ndarray] | None = None,
+    atol: float = 1e-6,
+    rtol: float = 1e-6,
+    expect_rewrite: bool = True,
+    **apply_kw: object,
+) -> PassResult:
+    """Run one pass; assert it rewrote, left no match, kept a valid model and onnxruntime outputs."""
+    p = passes.get(pass_name)
+    if feeds is None:
+        feeds = make_inputs(model)[0]
+    before = ort_run(model, feeds)
+    result = p.apply(model, **apply_kw)
+    if expect_rewrite:
+        assert result.rewritten > 0, f"{pass_name} rewrote nothing: {result.findings}"
+        assert remaining_matches(result.model, pass_name) == []
+    onnx.checker.check_model(runtime_compatible(result.model), full_check=True)
+    assert_outputs_match(before, ort_run(result.model, feeds), atol, rtol)
+    assert [i.name for i in result.model.graph.input] == [i.name for i in model.graph.input]
+    assert [o.name for o in result.model.graph.output] == [o.name for o in model.graph.output]
+    return result
+
+
+@functools.cache
+def _all_node_cases() -> tuple:
+    import onnx.backend.test.case.node as node_cases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tuple(node_cases.collect_testcases())
+
+
+def node_cases(op_type: str) -> list:
+    """The official ONNX node test cases whose model is a single ``op_type`` node."""
+    return [c for c in _all_node_cases() if len(c.model.graph.node) == 1 and c.model.graph.node[0].op_type == op_type]
+
+
+def runnable(model: onnx.ModelProto, min_opset: int) -> onnx.ModelProto:
+    """Case models use the newest opset; onnxruntime implements up to ORT_MAX_OPSET."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for imp in m.opset_import:
+        if imp.domain in ("", "ai.onnx") and imp.version > ORT_MAX_OPSET:
+            imp.version = max(min_opset, ORT_MAX_OPSET)
+    m.ir_version = min(m.ir_version, onnx.helper.find_min_ir_version_for(list(m.opset_import)) + 0, 10)
+    return m
+
+
+def case_feeds(model: onnx.ModelProto, inputs: Sequence) -> dict[str, np.ndarray]:
+    """Feeds for a node test case's data set (scalars as 0-d arrays, empty optional names skipped)."""
+    names = [vi.name for vi in model.graph.input]
+    return {n: np.asarray(x) for n, x in zip(names, inputs, strict=False) if n}
