@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
+from polygraphy.common import TensorMetadata
 from polygraphy.comparator import Comparator, DataLoader, RunResults
 from polygraphy.comparator.compare import SimpleCompareFunc
 from polygraphy.comparator.struct import IterationResult
-from polygraphy.common import TensorMetadata
 from polygraphy.logger import G_LOGGER
 
 from graphfix.errors import GraphfixError

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from support import case_feeds, check_rewrite, node_cases, ort_run, remaining_matches, runnable
 
 from fixtures.make_fixtures import all_fixtures
-from fixtures.recipes._onnx import FLOAT, INT32, INT64, const, inp, init, model, node, out
+from fixtures.recipes._onnx import FLOAT, INT32, INT64, const, init, inp, model, node, out
 from graphfix.verify import make_inputs
 
 FIXTURES = [fx for group, fx in all_fixtures() if group == "fold_clip"]

@@ -41,10 +41,7 @@ def get(name: str) -> Pass:
 
 def select(passes: str | list[str] | tuple[str, ...] = "all", skip: list[str] | tuple[str, ...] = ()) -> list[Pass]:
     """Resolve a user's pass list (``"all"``, ``"a,b"`` or a list) into pipeline order."""
-    if isinstance(passes, str):
-        names = [n.strip() for n in passes.split(",") if n.strip()]
-    else:
-        names = list(passes)
+    names = [n.strip() for n in passes.split(",") if n.strip()] if isinstance(passes, str) else list(passes)
     chosen = list(all_passes()) if names in (["all"], []) else [get(n) for n in names]
     skipped = {get(n).name for n in skip}
     chosen_names = {p.name for p in chosen} - skipped
