@@ -58,17 +58,46 @@ def check_graph(model: onnx.ModelProto, where: str) -> None:
     newest = onnx.defs.onnx_opset_version()
     if not MIN_OPSET <= opset <= newest:
         raise GraphfixError(f"unsupported opset {opset} (graphfix handles {MIN_OPSET}..{newest})", where)
+    problem = structural_problem(model.graph)
+    if problem:
+        raise GraphfixError(f"invalid graph: {problem}", where)
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
-        raise GraphfixError(f"invalid graph: {_checker_reason(exc)}", where) from exc
+        raise GraphfixError(f"invalid graph: {first_line(exc)}", where) from exc
 
 
-def _checker_reason(exc: BaseException) -> str:
-    text = first_line(exc)
-    if "topologically sorted" in text or "not output of any previous nodes" in text:
-        return f"{text} (a cycle, or an input no node, initializer or graph input provides)"
-    return text
+def structural_problem(graph: onnx.GraphProto) -> str | None:
+    """A dangling input or a cycle in the top-level graph, named (one linear Kahn walk)."""
+    available = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    produced = {o: k for k, n in enumerate(graph.node) for o in n.output}
+    for n in graph.node:
+        for i in n.input:
+            if i not in available and i not in produced:
+                return f"node '{n.name or n.op_type}' reads '{i}', which no node, initializer or graph input provides"
+    waiting = [len({i for i in n.input if i in produced}) for n in graph.node]
+    consumers: dict[str, list[int]] = {}
+    for k, n in enumerate(graph.node):
+        for i in set(n.input):
+            if i in produced:
+                consumers.setdefault(i, []).append(k)
+    ready = [k for k, w in enumerate(waiting) if w == 0]
+    done = 0
+    while ready:
+        k = ready.pop()
+        done += 1
+        for o in graph.node[k].output:
+            for c in consumers.get(o, ()):
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    ready.append(c)
+    if done < len(graph.node):
+        stuck = next(n for k, n in enumerate(graph.node) if waiting[k] > 0)
+        return f"the graph has a cycle (node '{stuck.name or stuck.op_type}' waits on its own output)"
+    for o in graph.output:
+        if o.name not in produced and o.name not in available:
+            return f"graph output '{o.name}' is not produced by any node"
+    return None
 
 
 def passes_full_check(model: onnx.ModelProto) -> bool:

@@ -26,6 +26,8 @@ from graphfix.errors import GraphfixError
 from graphfix.model_io import first_line, runtime_compatible
 
 Feeds = list[dict[str, np.ndarray]]
+#: Default value range of float inputs.
+FLOAT_RANGE = (-1.0, 1.0)
 
 
 @contextlib.contextmanager
@@ -110,13 +112,20 @@ def make_inputs(
     seed: int = 1,
     iterations: int = 1,
 ) -> Feeds:
-    """Deterministic random feeds, one dict per iteration (polygraphy DataLoader)."""
+    """Deterministic random feeds, one dict per iteration (polygraphy DataLoader).
+
+    Floats default to [-1, 1] rather than polygraphy's [0, 1]: negative values are what expose a
+    wrong rewrite of sign-sensitive ops (Clip, Max/Min, Relu, Abs). Integers keep [0, 1].
+    """
     meta = input_metadata(model, shapes)
     unknown = set(val_range or {}) - set(meta.keys())
     if unknown:
         raise GraphfixError(f"--val-range names unknown inputs: {', '.join(sorted(unknown))}")
+    floats = {vi.name for vi in model.graph.input if onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).kind == "f"}
+    ranges = {name: FLOAT_RANGE for name in meta if name in floats}
+    ranges.update(val_range or {})
     with quiet_polygraphy():
-        loader = DataLoader(seed=seed, iterations=iterations, input_metadata=meta, val_range=dict(val_range or {}) or None)
+        loader = DataLoader(seed=seed, iterations=iterations, input_metadata=meta, val_range=ranges or None)
         return [dict(feed) for feed in loader]
 
 
@@ -177,7 +186,7 @@ class OutputDiff:
 
 def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: float) -> dict[str, OutputDiff]:
     """Worst difference per output over all iterations (polygraphy SimpleCompareFunc)."""
-    func = SimpleCompareFunc(atol=atol, rtol=rtol, check_shapes=True)
+    func = SimpleCompareFunc(atol=atol, rtol=rtol, check_shapes=True, infinities_compare_equal=True)
     diffs: dict[str, OutputDiff] = {}
     with quiet_polygraphy():
         for ref_it, cand_it in zip(iterations(reference), iterations(candidate), strict=True):
@@ -190,6 +199,10 @@ def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: flo
                     note = f"{ref.dtype}{list(ref.shape)} became {cand.dtype}{list(cand.shape)}"
                     diffs[name] = OutputDiff(float("inf"), float("inf"), False, note)
                     continue
+                ref, cand, nan_note = _align_nans(ref, cand)
+                if nan_note:
+                    diffs[name] = OutputDiff(float("nan"), float("nan"), False, nan_note)
+                    continue
                 result = func(IterationResult({name: ref}), IterationResult({name: cand}))[name]
                 prev = diffs.get(name)
                 cur = OutputDiff(float(result.max_absdiff), float(result.max_reldiff), bool(result))
@@ -198,3 +211,15 @@ def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: flo
                 else:
                     diffs[name] = OutputDiff(max(prev.max_abs, cur.max_abs), max(prev.max_rel, cur.max_rel), prev.passed and cur.passed, prev.note)
     return diffs
+
+
+def _align_nans(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
+    """NaN where the original has NaN is agreement (polygraphy alone would fail any NaN)."""
+    if ref.dtype.kind not in "fc":
+        return ref, cand, ""
+    ref_nan, cand_nan = np.isnan(ref), np.isnan(cand)
+    if not ref_nan.any() and not cand_nan.any():
+        return ref, cand, ""
+    if not np.array_equal(ref_nan, cand_nan):
+        return ref, cand, f"NaN at {int((ref_nan != cand_nan).sum())} position(s) where the other model has a number"
+    return np.where(ref_nan, 0, ref), np.where(cand_nan, 0, cand), ""

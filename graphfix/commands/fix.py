@@ -1,0 +1,69 @@
+"""``graphfix fix IN OUT``: the pass pipeline, verified pass by pass, then an atomic write."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from graphfix import report as report_mod
+from graphfix.api import FixResult, fix
+from graphfix.errors import GraphfixError
+from graphfix.model_io import check_output_path
+from graphfix.verify import load_inputs, parse_input_shapes, parse_val_ranges
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", help="ONNX model to fix (never modified)")
+    p.add_argument("output", help="where to write the fixed model (written atomically)")
+    g = p.add_argument_group("passes")
+    g.add_argument("--passes", default="all", help="'all' (default), 'auto' (with --trt), or a comma-separated list; run in pipeline order")
+    g.add_argument("--skip", action="append", default=[], metavar="PASS", help="leave out a pass (repeatable, or comma-separated)")
+    g.add_argument("--trt", metavar="VERSION", help="target TensorRT release (e.g. 8.6, 10.1): passes rewrite only what it rejects")
+    g.add_argument("--force", action="append", default=[], metavar="PASS", help="make PASS rewrite even patterns the target accepts")
+    v = p.add_argument_group("verification (onnxruntime, before vs after every pass)")
+    v.add_argument("--no-verify", action="store_true", help="skip onnxruntime verification (passes are then kept unverified)")
+    v.add_argument("--strict", action="store_true", help="exit 1 (writing nothing) instead of rolling back a pass")
+    v.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
+    v.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
+    v.add_argument("--seed", type=int, default=1, help="seed for the random inputs (default 1)")
+    v.add_argument("--iterations", type=int, default=1, help="how many random input sets (default 1)")
+    v.add_argument("--input-shapes", action="append", metavar="NAME:1x3x224x224", help="shapes for dynamic inputs (trtexec syntax)")
+    v.add_argument("--val-range", action="append", metavar="NAME:[LO,HI]", help="value range of an input (e.g. indices)")
+    v.add_argument("--load-inputs", metavar="FILE", help="inputs from .npz or polygraphy JSON (polygraphy run --save-inputs)")
+    r = p.add_argument_group("reports")
+    r.add_argument("--report", action="append", default=[], metavar="FILE", help="write the report: .json (plus polygraphy inputs/outputs files) or .md")
+    r.add_argument("--quiet", action="store_true", help="don't print the table")
+
+
+def _split(items: list[str]) -> tuple[str, ...]:
+    return tuple(n.strip() for item in items for n in item.split(",") if n.strip())
+
+
+def run(args: argparse.Namespace) -> int:
+    check_output_path(args.input, args.output)
+    for path in args.report:
+        from pathlib import Path
+
+        if not Path(path).parent.exists():
+            raise GraphfixError(f"report directory {Path(path).parent} does not exist", path)
+    inputs = None
+    if args.load_inputs:
+        from graphfix.model_io import load_model
+
+        inputs = load_inputs(args.load_inputs, load_model(args.input))
+    result = fix(
+        args.input, args.passes, skip=_split(args.skip), trt=args.trt, force=_split(args.force),
+        verify=not args.no_verify, strict=args.strict, atol=args.atol, rtol=args.rtol, seed=args.seed,
+        iterations=args.iterations, input_shapes=parse_input_shapes(args.input_shapes),
+        val_range=parse_val_ranges(args.val_range), inputs=inputs, output=args.output,
+    )
+    _finish(result, args)
+    return 0
+
+
+def _finish(result: FixResult, args: argparse.Namespace) -> None:
+    for path in args.report:
+        result.save_report(path)
+    if not args.quiet:
+        print(report_mod.table(result.report))
+        print(f"wrote {args.output}", file=sys.stderr)

@@ -1,0 +1,168 @@
+"""What a run did, pass by pass: the printed table, the JSON/Markdown report, polygraphy files.
+
+The JSON schema is documented in README.md ("Report schema"). Numeric results are also saved in
+polygraphy's own formats next to a JSON report: ``<stem>.inputs.json`` (feeds, for
+``polygraphy run --load-inputs``) and ``<stem>.outputs.json`` (RunResults of the original and
+the fixed model, for ``polygraphy run --load-outputs``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from graphfix.errors import GraphfixError
+from graphfix.model_io import first_line
+
+SCHEMA_VERSION = 1
+
+#: Verdicts, in the words the table and the JSON use.
+KEPT, UNVERIFIED, UNCHANGED, ROLLED_BACK, ERROR = "kept", "kept-unverified", "unchanged", "rolled-back", "error"
+
+
+@dataclass
+class PassRecord:
+    name: str
+    verdict: str
+    matched: int = 0
+    rewritten: int = 0
+    nodes_before: int = 0
+    nodes_after: int = 0
+    seconds: float = 0.0
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    findings: list[dict[str, str]] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def worst(self) -> tuple[str, float, float] | None:
+        if not self.outputs:
+            return None
+        name = max(self.outputs, key=lambda k: (self.outputs[k]["max_abs"], self.outputs[k]["max_rel"]))
+        return name, self.outputs[name]["max_abs"], self.outputs[name]["max_rel"]
+
+
+@dataclass
+class Report:
+    input: str | None
+    output: str | None
+    settings: dict[str, Any]
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    passes: list[PassRecord] = field(default_factory=list)
+    sessions: int = 0
+    seconds: float = 0.0
+    trt: dict[str, Any] | None = None
+    engine: dict[str, Any] | None = None
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        if any(p.verdict in (ROLLED_BACK, ERROR) for p in self.passes):
+            return "rolled-back"
+        return "ok"
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data = {"schema": SCHEMA_VERSION, "tool": "graphfix", "status": self.status, **data}
+        return _finite(data)
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no inf/nan: write them as strings so every JSON reader accepts the report."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+# ---------------------------------------------------------------------- text
+def _num(x: float) -> str:
+    return "0" if x == 0 else f"{x:.2e}"
+
+
+def table(report: Report) -> str:
+    """The per-pass table printed after a run."""
+    head = ["pass", "matched", "rewritten", "nodes", "max abs", "max rel", "verdict", "time"]
+    rows: list[list[str]] = []
+    for p in report.passes:
+        delta = p.nodes_after - p.nodes_before
+        worst = p.worst
+        rows.append([
+            p.name, str(p.matched), str(p.rewritten),
+            f"{p.nodes_before}->{p.nodes_after} ({delta:+d})" if p.rewritten else "-",
+            _num(worst[1]) if worst else "-", _num(worst[2]) if worst else "-",
+            p.verdict, f"{p.seconds:.2f}s",
+        ])
+        if len(p.outputs) > 1:
+            for out, d in p.outputs.items():
+                rows.append([f"  output {out}", "", "", "", _num(d["max_abs"]), _num(d["max_rel"]), "ok" if d["passed"] else "MISMATCH", ""])
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    fmt = "  ".join(f"{{:{'<' if i in (0, 6) else '>'}{w}}}" for i, w in enumerate(widths))
+    lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*r) for r in rows]
+    notes = []
+    for p in report.passes:
+        if p.reason:
+            notes.append(f"{p.name}: {p.reason}")
+        notes += [f"{p.name}: {f['op']} '{f['node']}' not rewritten: {f['message']}" for f in p.findings]
+    if notes:
+        lines += ["", *notes]
+    verified = "verification off" if not report.settings.get("verify", True) else f"{report.sessions} onnxruntime session(s)"
+    lines += ["", f"{len(report.passes)} pass(es), {verified}, {report.seconds:.2f}s; status: {report.status}"]
+    return "\n".join(lines)
+
+
+def markdown(report: Report) -> str:
+    out = ["# graphfix report", "", f"- input: `{report.input}`", f"- output: `{report.output}`",
+           f"- status: **{report.status}**", f"- onnxruntime sessions: {report.sessions}", "",
+           "| pass | matched | rewritten | nodes | output | max abs | max rel | verdict | time |",
+           "|---|---:|---:|---|---|---:|---:|---|---:|"]
+    for p in report.passes:
+        nodes = f"{p.nodes_before}→{p.nodes_after}" if p.rewritten else "-"
+        outs = list(p.outputs.items()) or [("-", None)]
+        for k, (name, d) in enumerate(outs):
+            first = k == 0
+            out.append("| " + " | ".join([
+                p.name if first else "", str(p.matched) if first else "", str(p.rewritten) if first else "",
+                nodes if first else "", f"`{name}`" if d else "-",
+                _num(d["max_abs"]) if d else "-", _num(d["max_rel"]) if d else "-",
+                (p.verdict if d is None or d["passed"] else f"{p.verdict} (mismatch)") if first or d else "",
+                f"{p.seconds:.2f}s" if first else "",
+            ]) + " |")
+    notes = [f"- **{p.name}**: {p.reason}" for p in report.passes if p.reason]
+    notes += [f"- **{p.name}**: {f['op']} `{f['node']}` not rewritten: {f['message']}" for p in report.passes for f in p.findings]
+    if notes:
+        out += ["", "## Findings", "", *notes]
+    if report.trt:
+        out += ["", "## TensorRT check", "", "```json", json.dumps(report.trt, indent=2), "```"]
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------- files
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    p = Path(path)
+    if not p.parent.exists():
+        raise GraphfixError(f"report directory {p.parent} does not exist", str(p))
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, p)
+    except OSError as exc:
+        raise GraphfixError(f"cannot write report ({first_line(exc)})", str(p)) from exc
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write(report: Report, path: str | os.PathLike) -> None:
+    """``.md`` writes Markdown, anything else JSON."""
+    text = markdown(report) if str(path).endswith(".md") else json.dumps(report.as_dict(), indent=2) + "\n"
+    write_text_atomic(path, text)

@@ -1,0 +1,165 @@
+"""The command line: the main job, listings, reports, and every kind of bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import onnx
+import pytest
+
+from fixtures.recipes import fold_clip
+from fixtures.recipes._onnx import FLOAT, inp, model, node, out
+from graphfix.cli import main
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "fold_clip" / "superpoint_descriptor_norm.onnx"
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    p = tmp_path / "in.onnx"
+    shutil.copy(FIXTURE, p)
+    return p
+
+
+def _digest(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def test_main_job_writes_model_table_and_reports(src, tmp_path, capsys):
+    dst = tmp_path / "out.onnx"
+    rc = main([str(src), str(dst), "--passes", "all", "--input-shapes", "feat:1x4x6x5",
+               "--report", str(tmp_path / "r.json"), "--report", str(tmp_path / "r.md")])
+    assert rc == 0
+    table = capsys.readouterr().out
+    assert "fold-clip" in table and "kept" in table and "onnxruntime session" in table
+    assert not any(n.op_type == "Cast" for n in onnx.load(str(dst)).graph.node)
+    data = json.loads((tmp_path / "r.json").read_text())
+    clip = next(p for p in data["passes"] if p["name"] == "fold-clip")
+    assert clip["verdict"] == "kept" and clip["rewritten"] == 1 and clip["outputs"]["descriptors"]["max_abs"] <= 1e-6
+    assert data["sessions"] >= 2 and data["status"] == "ok"
+    assert "| fold-clip |" in (tmp_path / "r.md").read_text()
+    # polygraphy can read what we wrote
+    from polygraphy.comparator import RunResults
+    from polygraphy.json import load_json
+
+    results = RunResults.load(data["files"]["polygraphy_outputs"])
+    assert [name for name, _ in results] == ["graphfix-original", "graphfix-fixed"]
+    assert list(load_json(data["files"]["polygraphy_inputs"])[0]) == ["feat"]
+
+
+def test_load_inputs_round_trip(src, tmp_path):
+    assert main([str(src), str(tmp_path / "a.onnx"), "--input-shapes", "feat:1x4x3x3", "--report", str(tmp_path / "r.json"), "--quiet"]) == 0
+    assert main([str(src), str(tmp_path / "b.onnx"), "--load-inputs", str(tmp_path / "r.inputs.json"), "--quiet"]) == 0
+
+
+def test_passes_listing(capsys):
+    assert main(["passes"]) == 0
+    assert "fold-clip" in capsys.readouterr().out
+    assert main(["passes", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert any(p["name"] == "fold-clip" and "clip-bound-not-initializer" in p["fixes"] for p in listing)
+
+
+def _bad_models(tmp: Path) -> dict[str, Path]:
+    text = tmp / "notes.onnx"
+    text.write_text("this is not a model\n" * 20)
+    truncated = tmp / "truncated.onnx"
+    truncated.write_bytes(FIXTURE.read_bytes()[: FIXTURE.stat().st_size // 2])
+    cyc = model([node("Relu", ["x"], ["b"])], [inp("x", FLOAT, [2])], [out("b", FLOAT, [2])], name="cyc")
+    del cyc.graph.node[:]
+    cyc.graph.node.extend([node("Add", ["x", "b"], ["a"], name="A"), node("Relu", ["a"], ["b"], name="B")])
+    cycle = tmp / "cycle.onnx"
+    cycle.write_bytes(cyc.SerializeToString())
+    dang = fold_clip.clip_int()
+    dang.graph.node[0].input[1] = "nowhere"
+    dangling = tmp / "dangling.onnx"
+    dangling.write_bytes(dang.SerializeToString())
+    old = fold_clip.clip_int()
+    old.opset_import[0].version = 3
+    opset = tmp / "opset3.onnx"
+    opset.write_bytes(old.SerializeToString())
+    return {"not-onnx": text, "truncated": truncated, "cycle": cycle, "dangling": dangling, "opset": opset}
+
+
+@pytest.mark.parametrize(
+    "kind,expect",
+    [
+        ("missing", "no such file"),
+        ("not-onnx", "not a readable ONNX model"),
+        ("truncated", "not a readable ONNX model"),
+        ("cycle", "cycle"),
+        ("dangling", "reads 'nowhere'"),
+        ("opset", "unsupported opset 3"),
+    ],
+)
+def test_bad_input_files(kind, expect, tmp_path, capsys):
+    bad = _bad_models(tmp_path)
+    path = tmp_path / "missing.onnx" if kind == "missing" else bad[kind]
+    before = path.read_bytes() if path.exists() else None
+    dst = tmp_path / "out.onnx"
+    rc = main([str(path), str(dst)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and expect in lines[0], err
+    assert "Traceback" not in err
+    assert not dst.exists() and not list(tmp_path.glob(".out.onnx*"))
+    if before is not None:
+        assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (["--passes", "fold-clip,nope"], "unknown pass 'nope'"),
+        (["--skip", "nope"], "unknown pass 'nope'"),
+        (["--input-shapes", "feat:1by4"], "bad --input-shapes"),
+        (["--input-shapes", "nothere:1x2"], "unknown inputs: nothere"),
+        (["--val-range", "feat:[1]"], "bad --val-range"),
+        (["--trt", "eight"], "not a TensorRT version"),
+    ],
+)
+def test_bad_options(args, expect, src, tmp_path, capsys):
+    digest = _digest(src)
+    dst = tmp_path / "out.onnx"
+    assert main([str(src), str(dst), *args]) == 2
+    err = capsys.readouterr().err
+    assert expect in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not dst.exists() and _digest(src) == digest
+
+
+def test_output_directory_missing(src, tmp_path, capsys):
+    dst = tmp_path / "no" / "such" / "dir" / "out.onnx"
+    assert main([str(src), str(dst)]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and str(dst) in err
+
+
+def test_output_equal_to_input(src, capsys):
+    digest = _digest(src)
+    assert main([str(src), str(src)]) == 2
+    assert "never overwrites its input" in capsys.readouterr().err
+    assert _digest(src) == digest
+
+
+def test_verbose_shows_traceback(tmp_path):
+    with pytest.raises(Exception, match="no such file"):
+        main([str(tmp_path / "missing.onnx"), str(tmp_path / "o.onnx"), "--verbose"])
+
+
+def test_strict_exit_code(src, tmp_path, monkeypatch, capsys):
+    """--strict turns a rollback into exit 1 with nothing written."""
+    import graphfix.pipeline as pipeline
+
+    def failing(p, model, trt, force):
+        from graphfix.report import ERROR, PassRecord
+
+        return PassRecord(p.name, ERROR, reason="simulated failure"), None
+
+    monkeypatch.setattr(pipeline, "_run_pass", failing)
+    dst = tmp_path / "out.onnx"
+    assert main([str(src), str(dst), "--strict", "--input-shapes", "feat:1x4x2x2"]) == 1
+    assert "simulated failure" in capsys.readouterr().err and not dst.exists()

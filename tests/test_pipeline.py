@@ -1,0 +1,115 @@
+"""The pipeline: per-pass verification, rollback, strict mode, session count, what is preserved."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from support import ort_run
+
+import graphfix
+from fixtures.recipes import fold_clip
+from fixtures.recipes._onnx import FLOAT, inp, model, node, out
+from graphfix.errors import GraphfixError
+from graphfix.graph import replace_tensor
+from graphfix.model_io import MAX_IR_VERSION
+from graphfix.passes import Pass
+from graphfix.pipeline import StrictFailure
+
+
+def _wrong_rewrite(node, ctx):
+    """Relu -> Abs: a deliberately wrong 'rewrite' the verifier must catch."""
+    replace_tensor(ctx.graph, node.outputs[0], ctx.builder.op("Abs", [node.inputs[0]]))
+
+
+WRONG = Pass("wrong-relu", 1, "deliberately wrong", (), "all", lambda n, c: n.op == "Relu", _wrong_rewrite)
+NOOP = Pass("noop", 2, "matches nothing", (), "all", lambda n, c: False, lambda n, c: None)
+
+
+def _relu_clip_model() -> onnx.ModelProto:
+    m = fold_clip.clip_cast_bounds()
+    m.graph.node.append(node("Relu", ["y"], ["z"], name="/Relu"))
+    m.graph.output[0].CopyFrom(out("z", FLOAT, [2, 8]))
+    return m
+
+
+def test_wrong_pass_is_rolled_back_and_pipeline_goes_on():
+    m = _relu_clip_model()
+    result = graphfix.fix(m, [WRONG, "fold-clip"])
+    wrong, clip = result.report.passes
+    assert wrong.name == "wrong-relu" and wrong.verdict == "rolled-back"
+    assert "z" in wrong.reason and wrong.outputs["z"]["passed"] is False and wrong.outputs["z"]["max_abs"] > 0
+    assert clip.verdict == "kept"
+    ops = [n.op_type for n in result.model.graph.node]
+    assert "Relu" in ops and "Abs" not in ops  # the wrong rewrite is gone, the good one kept
+    assert result.report.status == "rolled-back"
+    feeds = {"x": np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8)}
+    np.testing.assert_array_equal(ort_run(result.model, feeds)[0], ort_run(m, feeds)[0])
+
+
+def test_strict_raises_instead_of_rolling_back(tmp_path):
+    target = tmp_path / "out.onnx"
+    with pytest.raises(StrictFailure) as info:
+        graphfix.fix(_relu_clip_model(), [WRONG], strict=True, output=target)
+    assert info.value.exit_code == 1 and "wrong-relu" in str(info.value)
+    assert not target.exists()
+
+
+def test_a_pass_that_raises_is_rolled_back():
+    def boom(node, ctx):
+        raise ZeroDivisionError("bug in pass")
+
+    broken = Pass("broken", 1, "raises", (), "all", lambda n, c: n.op == "Clip", boom)
+    result = graphfix.fix(fold_clip.clip_cast_bounds(), [broken, "fold-clip"])
+    assert result.report.passes[0].verdict == "error" and "ZeroDivisionError" in result.report.passes[0].reason
+    assert result.report.passes[1].verdict == "kept"
+
+
+def test_sessions_one_for_input_plus_one_per_changed_pass():
+    result = graphfix.fix(fold_clip.clip_cast_bounds(), [NOOP, "fold-clip"])
+    assert [p.verdict for p in result.report.passes] == ["unchanged", "kept"]
+    assert result.report.sessions == 2
+    assert graphfix.fix(fold_clip.clip_cast_bounds(), [NOOP]).report.sessions == 1
+    assert graphfix.fix(fold_clip.clip_cast_bounds(), "fold-clip", verify=False).report.sessions == 0
+
+
+def test_no_verify_keeps_unverified():
+    result = graphfix.fix(fold_clip.clip_cast_bounds(), "fold-clip", verify=False)
+    assert result.report.passes[0].verdict == "kept-unverified"
+
+
+def test_written_model_loads_in_onnxruntime_and_keeps_io(tmp_path):
+    m = fold_clip.superpoint_descriptor_norm()
+    m.ir_version = 14  # what onnx 1.23 writes by default; onnxruntime 1.31 reads at most 13
+    target = tmp_path / "fixed.onnx"
+    graphfix.fix(m, "all", input_shapes={"feat": (1, 4, 6, 5)}, output=target)
+    written = onnx.load(str(target))
+    assert written.ir_version <= MAX_IR_VERSION
+    onnx.checker.check_model(written, full_check=True)
+    assert written.graph.input == m.graph.input and written.graph.output == m.graph.output  # names, dtypes, symbolic dims
+    feeds = {"feat": np.random.default_rng(0).standard_normal((1, 4, 7, 3)).astype(np.float32)}
+    np.testing.assert_allclose(ort_run(written, feeds)[0], ort_run(m, feeds)[0], atol=1e-6)
+
+
+def test_unknown_pass_lists_valid_ones():
+    with pytest.raises(GraphfixError, match="unknown pass 'nope'.*fold-clip"):
+        graphfix.fix(fold_clip.clip_cast_bounds(), "fold-clip,nope")
+
+
+def test_skip_and_subset_keep_pipeline_order():
+    names = [p.name for p in graphfix.passes.select("all", skip=["fold-clip"])]
+    assert "fold-clip" not in names
+    ordered = [p.name for p in graphfix.passes.all_passes()]
+    chosen = graphfix.passes.select(list(reversed(ordered)))
+    assert [p.name for p in chosen] == ordered
+
+
+def test_unrunnable_input_is_a_clear_error():
+    m = model([node("Relu", ["x"], ["y"])], [inp("x", FLOAT, ["N", 3])], [out("y", FLOAT, ["N", 3])])
+    with pytest.raises(GraphfixError, match="does not fit"):
+        graphfix.fix(m, "fold-clip", input_shapes={"x": (2, 4)})
+
+
+def test_auto_needs_a_version():
+    with pytest.raises(GraphfixError, match="--trt"):
+        graphfix.fix(fold_clip.clip_cast_bounds(), "auto")
