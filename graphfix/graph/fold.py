@@ -141,19 +141,32 @@ def _partial_shape_value(node: gs.Node) -> np.ndarray | None:
 
 
 def _evaluate(node: gs.Node, values: list[np.ndarray | None], opset: int) -> list[np.ndarray]:
-    proto = OnnxExporter.export_node(node)
-    in_names = [f"in{k}" if v is not None else "" for k, v in enumerate(values)]
-    out_names = [f"out{k}" for k in range(len(node.outputs))]
-    del proto.input[:]
-    proto.input.extend(in_names)
-    del proto.output[:]
-    proto.output.extend(out_names)
-    graph = onnx.helper.make_graph(
-        [proto],
-        "fold",
-        [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in in_names if n],
-        [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in out_names],
-    )
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    in_names = tuple(f"in{k}" if v is not None else "" for k, v in enumerate(values))
+    evaluator = _evaluator(OnnxExporter.export_node(node), in_names, len(node.outputs), opset)
     feeds = {n: v for n, v in zip(in_names, values, strict=True) if n}
-    return [np.asarray(o) for o in ReferenceEvaluator(model).run(None, feeds)]
+    return [np.asarray(o) for o in evaluator.run(None, feeds)]
+
+
+def _evaluator(proto: onnx.NodeProto, in_names: tuple[str, ...], n_out: int, opset: int) -> ReferenceEvaluator:
+    """One ReferenceEvaluator per distinct (op, attributes, arity, opset): exports repeat the same
+    Cast/Unsqueeze/Gather nodes thousands of times, and building an evaluator dominates folding."""
+    del proto.input[:], proto.output[:]
+    proto.name = ""
+    proto.input.extend(in_names)
+    proto.output.extend(f"out{k}" for k in range(n_out))
+    key = (proto.SerializeToString(deterministic=True), opset)
+    cached = _EVALUATORS.get(key)
+    if cached is None:
+        graph = onnx.helper.make_graph(
+            [proto], "fold",
+            [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in in_names if n],
+            [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in proto.output],
+        )
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+        cached = _EVALUATORS[key] = ReferenceEvaluator(model)
+        if len(_EVALUATORS) > 4096:
+            _EVALUATORS.pop(next(iter(_EVALUATORS)))
+    return cached
+
+
+_EVALUATORS: dict[tuple[bytes, int], ReferenceEvaluator] = {}

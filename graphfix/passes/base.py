@@ -80,6 +80,9 @@ class Pass:
     match: Match
     rewrite: Rewrite
     doc: str = ""
+    #: Op types ``match`` can accept. When set, a model without any of them is skipped without
+    #: building a graph (most passes match nothing in most models; import/export is the cost).
+    ops: frozenset[str] | None = None
 
     @property
     def versions(self) -> VersionRange:
@@ -104,6 +107,9 @@ class Pass:
     def apply(self, model: onnx.ModelProto, trt: TrtVersion | str | None = None, force: bool = False) -> PassResult:
         """Run this pass alone, unverified (the pipeline adds onnxruntime verification)."""
         start = time.perf_counter()
+        if self.ops is not None and not _has_op(model.graph, self.ops):
+            n = len(model.graph.node)
+            return PassResult(model, 0, 0, [], n, n, time.perf_counter() - start)
         graph = to_graph(model)
         before = len(graph.nodes)
         version = TrtVersion(trt) if isinstance(trt, str) else trt
@@ -114,3 +120,16 @@ class Pass:
 
     def __call__(self, model: onnx.ModelProto, **kw: Any) -> onnx.ModelProto:
         return self.apply(model, **kw).model
+
+
+def _has_op(graph: onnx.GraphProto, ops: frozenset[str]) -> bool:
+    """Any node of these types, subgraphs (If/Loop bodies) included."""
+    for node in graph.node:
+        if node.op_type in ops:
+            return True
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH and _has_op(attr.g, ops):
+                return True
+            if attr.type == onnx.AttributeProto.GRAPHS and any(_has_op(g, ops) for g in attr.graphs):
+                return True
+    return False

@@ -76,4 +76,5 @@ PASS = Pass(
     match=match,
     rewrite=rewrite,
     doc=__doc__ or "",
+    ops=frozenset({"Clip"}),
 )
