@@ -122,23 +122,27 @@ def runtime_compatible(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
-    """Write atomically: a temp file in the target directory, then rename; nothing half-written remains."""
+    """Write with an IR version onnxruntime reads, atomically."""
+    model = runtime_compatible(model)
+    if model.ByteSize() > _PROTO_LIMIT:
+        raise GraphfixError("model exceeds 2 GiB; external-data output is not supported yet", str(path))
+    write_atomic(path, model.SerializeToString())
+
+
+def write_atomic(path: str | os.PathLike, data: bytes, what: str = "output") -> None:
+    """A temp file in the target directory, then rename: nothing half-written ever remains."""
     p = Path(path)
     if not p.parent.exists():
-        raise GraphfixError(f"output directory {p.parent} does not exist", str(p))
+        raise GraphfixError(f"{what} directory {p.parent} does not exist", str(p))
     if p.is_dir():
-        raise GraphfixError("output path is a directory", str(p))
-    model = runtime_compatible(model)
+        raise GraphfixError(f"{what} path is a directory", str(p))
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    os.close(fd)
     try:
-        if model.ByteSize() > _PROTO_LIMIT:
-            raise GraphfixError("model exceeds 2 GiB; external-data output is not supported yet", str(p))
-        with open(tmp, "wb") as fh:
-            fh.write(model.SerializeToString())
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, p)
     except OSError as exc:
-        raise GraphfixError(f"cannot write output ({first_line(exc)})", str(p)) from exc
+        raise GraphfixError(f"cannot write {what} ({first_line(exc)})", str(p)) from exc
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -11,13 +11,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from graphfix.errors import GraphfixError
-from graphfix.model_io import first_line
+from graphfix.model_io import write_atomic
 
 SCHEMA_VERSION = 1
 
@@ -146,23 +143,7 @@ def markdown(report: Report) -> str:
 
 
 # --------------------------------------------------------------------- files
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    p = Path(path)
-    if not p.parent.exists():
-        raise GraphfixError(f"report directory {p.parent} does not exist", str(p))
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, p)
-    except OSError as exc:
-        raise GraphfixError(f"cannot write report ({first_line(exc)})", str(p)) from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def write(report: Report, path: str | os.PathLike) -> None:
-    """``.md`` writes Markdown, anything else JSON."""
+    """``.md`` writes Markdown, anything else JSON (atomically)."""
     text = markdown(report) if str(path).endswith(".md") else json.dumps(report.as_dict(), indent=2) + "\n"
-    write_text_atomic(path, text)
+    write_atomic(path, text.encode(), "report")
