@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -99,3 +100,23 @@ def test_random_bounds(dtype, lo, hi, computed, shape):
     if hi is not None:
         want = np.minimum(want, dtype(hi))
     np.testing.assert_array_equal(ort_run(result.model, feeds)[0], want)
+
+
+def test_clip_inside_if_branch_is_rewritten():
+    """Passes reach If/Loop bodies (exports put clamps inside control flow too)."""
+    from onnx import helper
+
+    branch = helper.make_graph(
+        [const("lo64", -0.5, np.float64), node("Cast", ["lo64"], ["lo"], to=FLOAT), node("Clip", ["x", "lo"], ["t"], name="/then/Clip")],
+        "then", [], [out("t", FLOAT, [3])],
+    )
+    other = helper.make_graph([node("Identity", ["x"], ["e"])], "else", [], [out("e", FLOAT, [3])])
+    m = model(
+        [node("If", ["c"], ["y"], then_branch=branch, else_branch=other)],
+        [inp("c", onnx.TensorProto.BOOL, []), inp("x", FLOAT, [3])], [out("y", FLOAT, [3])],
+    )
+    for cond in (True, False):
+        result = check_rewrite(m, "fold-clip", {"c": np.array(cond), "x": np.array([-2, 0.1, 3], np.float32)})
+    assert result.matched == 1 and result.rewritten == 1
+    then = next(a.g for a in result.model.graph.node[0].attribute if a.name == "then_branch")
+    assert [n.op_type for n in then.node] == ["Clip"]

@@ -31,7 +31,10 @@ class Builder:
     def name(self, hint: str) -> str:
         shared = self._shared
         if shared["taken"] is None:
-            shared["taken"] = {t for t in self.graph.tensors()} | {n.name for n in self.graph.nodes}
+            from graphfix.graph.convert import all_graphs
+
+            graphs = list(all_graphs(shared.get("root", self.graph)))
+            shared["taken"] = {name for g in graphs for name in g.tensors()} | {n.name for g in graphs for n in g.nodes}
         while True:
             candidate = f"{self.prefix}/gf.{hint}_{shared['n']}"
             shared["n"] += 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import onnx
 import onnx_graphsurgeon as gs
 
@@ -17,6 +19,16 @@ def infer(model: onnx.ModelProto) -> onnx.ModelProto:
         return onnx.shape_inference.infer_shapes(work, data_prop=True)
     except Exception:  # noqa: BLE001 - custom ops or >2 GiB: rewrite with what we know
         return work
+
+
+def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
+    """The graph, then every subgraph (If branches, Loop/Scan bodies), depth first."""
+    yield graph
+    for node in graph.nodes:
+        for value in node.attrs.values():
+            for sub in value if isinstance(value, list) else [value]:
+                if isinstance(sub, gs.Graph):
+                    yield from all_graphs(sub)
 
 
 def to_graph(model: onnx.ModelProto) -> gs.Graph:

@@ -16,6 +16,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, Folder, to_graph, to_model
+from graphfix.graph.convert import all_graphs
 from graphfix.trt.versions import TrtVersion, VersionRange
 
 
@@ -92,17 +93,24 @@ class Pass:
         return trt in self.versions
 
     def run_on_graph(self, graph: gs.Graph, trt: TrtVersion | None = None, force: bool = False) -> tuple[int, int, list[Finding]]:
-        """Rewrite every matching node of ``graph`` in place; returns (matched, rewritten, findings)."""
-        ctx = Context(graph, Builder(graph, self.name), Folder(graph), trt, force)
-        candidates = [n for n in graph.nodes if self.match(n, ctx)]
-        findings: list[Finding] = []
-        for node in candidates:
-            ctx.builder = ctx.builder.scoped(node.name or f"{node.op}")
-            try:
-                self.rewrite(node, ctx)
-            except Skip as why:
-                findings.append(Finding(node.name, node.op, str(why)))
-        return len(candidates), len(candidates) - len(findings), findings
+        """Rewrite every matching node of ``graph`` and of its If/Loop/Scan bodies, in place.
+
+        Returns (matched, rewritten, findings). Each node is visited once.
+        """
+        matched, findings = 0, []
+        shared: dict = {"n": 0, "taken": None, "root": graph}
+        for g in list(all_graphs(graph)):
+            g.opset = graph.opset
+            ctx = Context(g, Builder(g, self.name, shared), Folder(g), trt, force)
+            candidates = [n for n in g.nodes if self.match(n, ctx)]
+            matched += len(candidates)
+            for node in candidates:
+                ctx.builder = Builder(g, node.name or node.op, shared)
+                try:
+                    self.rewrite(node, ctx)
+                except Skip as why:
+                    findings.append(Finding(node.name, node.op, str(why)))
+        return matched, matched - len(findings), findings
 
     def apply(self, model: onnx.ModelProto, trt: TrtVersion | str | None = None, force: bool = False) -> PassResult:
         """Run this pass alone, unverified (the pipeline adds onnxruntime verification)."""
