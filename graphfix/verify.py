@@ -203,9 +203,13 @@ def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: flo
                 if nan_note:
                     diffs[name] = OutputDiff(float("nan"), float("nan"), False, nan_note)
                     continue
-                result = func(IterationResult({name: ref}), IterationResult({name: cand}))[name]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    result = func(IterationResult({name: ref}), IterationResult({name: cand}))[name]
+                max_abs, max_rel = float(result.max_absdiff), float(result.max_reldiff)
+                if max_abs == 0:
+                    max_rel = 0.0  # polygraphy's 0/0 for exact zeros
                 prev = diffs.get(name)
-                cur = OutputDiff(float(result.max_absdiff), float(result.max_reldiff), bool(result))
+                cur = OutputDiff(max_abs, max_rel, bool(result))
                 if prev is None:
                     diffs[name] = cur
                 else:

@@ -101,3 +101,15 @@ def case_feeds(model: onnx.ModelProto, inputs: Sequence) -> dict[str, np.ndarray
     """Feeds for a node test case's data set (scalars as 0-d arrays, empty optional names skipped)."""
     names = [vi.name for vi in model.graph.input]
     return {n: np.asarray(x) for n, x in zip(names, inputs, strict=False) if n}
+
+
+def freeze_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """Turn graph inputs into initializers (node test cases feed attribute-like values, e.g. a
+    CumSum axis or Pad pads, as inputs; exports have them as constants)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    keep = [vi for vi in m.graph.input if vi.name not in values]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    m.graph.initializer.extend(onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in values.items())
+    return m

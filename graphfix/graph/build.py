@@ -45,8 +45,8 @@ class Builder:
     # ------------------------------------------------------------------ tensors
     def const(self, value: Any, dtype: Any = None, hint: str = "const") -> gs.Constant:
         arr = np.asarray(value, dtype=dtype)
-        if arr.dtype == np.float64 and dtype is None:
-            arr = arr.astype(np.float32)
+        if arr.dtype == np.float64 and dtype is None and not isinstance(value, (np.ndarray, np.generic)):
+            arr = arr.astype(np.float32)  # Python floats mean float32; numpy arrays keep their type
         return gs.Constant(self.name(hint), arr if arr.flags.c_contiguous else arr.copy(order="C"))
 
     def tensor(self, value: TensorLike, dtype: Any = None) -> gs.Tensor:

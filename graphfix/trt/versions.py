@@ -45,22 +45,32 @@ class TrtVersion:
 
 
 class VersionRange:
-    """A conjunction of comparisons (``">=7.0,<8.2"``); ``"all"`` or ``""`` matches everything."""
+    """Comparisons joined by ``,`` (and) and ``||`` (or): ``">=7.0,<8.2"``, ``"<8.0 || >=10.8"``;
+    ``"all"`` or ``""`` matches everything."""
 
     def __init__(self, spec: str) -> None:
         self.spec = spec.strip()
-        self.terms: list[tuple[str, TrtVersion]] = []
+        self.alternatives: list[list[tuple[str, TrtVersion]]] = []
         if self.spec.lower() in ("", "all", "*"):
             return
-        for term in self.spec.split(","):
-            term = term.strip()
-            op = next((o for o in _OPS if term.startswith(o)), None)
-            if op is None:
-                raise ValueError(f"bad version range term {term!r} in {spec!r}")
-            self.terms.append((op, TrtVersion(term[len(op) :])))
+        for alternative in self.spec.split("||"):
+            terms = []
+            for term in alternative.split(","):
+                term = term.strip()
+                op = next((o for o in _OPS if term.startswith(o)), None)
+                if op is None:
+                    raise ValueError(f"bad version range term {term!r} in {spec!r}")
+                terms.append((op, TrtVersion(term[len(op) :])))
+            self.alternatives.append(terms)
 
     def __contains__(self, version: TrtVersion | str) -> bool:
+        if not self.alternatives:
+            return True
         v = version if isinstance(version, TrtVersion) else TrtVersion(version)
+        return any(self._all(v, terms) for terms in self.alternatives)
+
+    @staticmethod
+    def _all(v: TrtVersion, terms: list[tuple[str, TrtVersion]]) -> bool:
         checks = {
             "<": lambda a, b: a < b,
             "<=": lambda a, b: a <= b,
@@ -69,7 +79,7 @@ class VersionRange:
             "==": lambda a, b: a == b,
             "!=": lambda a, b: a != b,
         }
-        return all(checks[op](v, bound) for op, bound in self.terms)
+        return all(checks[op](v, bound) for op, bound in terms)
 
     def __str__(self) -> str:
         return self.spec or "all"
