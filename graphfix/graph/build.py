@@ -122,8 +122,12 @@ class Builder:
         np_to = np.dtype(to)
         return self.op("Cast", [x], {"to": helper.np_dtype_to_tensor_dtype(np_to)}, dtype=np_to, **kw)
 
-    def shape(self, x: gs.Tensor, **kw: Any) -> gs.Variable:
-        return self.op("Shape", [x], dtype=np.int64, **kw)
+    def shape(self, x: gs.Tensor) -> gs.Variable:
+        """Shape(x), built once per tensor and builder family (dynamic reshapes ask repeatedly)."""
+        cache = self._shared.setdefault("shapes", {})
+        if id(x) not in cache:
+            cache[id(x)] = (x, self.op("Shape", [x], dtype=np.int64))
+        return cache[id(x)][1]
 
     def concat(self, xs: Sequence[TensorLike], axis: int, **kw: Any) -> gs.Variable:
         return self.op("Concat", list(xs), {"axis": axis}, **kw)
