@@ -1,0 +1,171 @@
+"""pad-to-concat: Pad as Slice / Concat / Expand, one axis at a time.
+
+Why: TensorRT 5.1-6.0 pads only with constant zeros; 7.x only zeros on the last two axes ("This
+version of TensorRT only supports constant 0 padding!", "only supports padding on the outer two
+dimensions"); 8.0 needs pads and constant_value as initializers and at most two padded axes;
+8.2-9.x take N-D constant/reflect/edge but not ``wrap`` (10.0+) nor the opset-18 ``axes`` input
+(rejected 8.6-9.3, initializer-only 10.0-10.3). Slice, Concat and Expand are accepted everywhere.
+
+Rewrite, per padded axis (padding is separable, so axis by axis equals N-D padding, corners
+included): negative pads crop with Slice; positive pads Concat blocks before/after the tensor:
+``constant`` a block of the value (an initializer when the other dims are static, else Expand of
+the value to a Shape-derived size), ``edge`` the first/last slice Expanded, ``reflect`` a Slice
+with step -1 (TensorRT's Slice takes negative steps since 7.0), ``wrap`` the opposite end.
+
+Pads must fold to constants (initializers, Constant nodes, or Shape arithmetic on static dims,
+as ``F.pad`` with computed sizes exports them); pads computed from dynamic dims are reported.
+With a target version only the Pads it rejects are rewritten; zero constant padding of the last
+two axes is accepted by every parser and left alone unless the pass is forced.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import Builder, replace_tensor, tensor_dtype
+from graphfix.passes.base import Context, Pass, Skip
+from graphfix.trt.versions import TrtVersion
+
+_INT_MAX = np.iinfo(np.int64).max
+
+
+def _is_weights(t: gs.Tensor | None) -> bool:
+    return t is None or not t.name or isinstance(t, gs.Constant) or bool(t.inputs) and t.inputs[0].op == "Constant"
+
+
+def _optional(node: gs.Node, k: int) -> gs.Tensor | None:
+    return node.inputs[k] if len(node.inputs) > k and node.inputs[k].name else None
+
+
+def _spec(node: gs.Node, ctx: Context) -> tuple[str, np.ndarray | None, np.ndarray | None, list[int] | None]:
+    """(mode, pads as [begins..., ends...] or None if runtime, value or None, axes)."""
+    mode = node.attrs.get("mode", "constant")
+    rank = len(node.inputs[0].shape) if node.inputs[0].shape is not None else None
+    if ctx.opset < 11:
+        return mode, np.asarray(node.attrs["pads"], np.int64), np.asarray(node.attrs.get("value", 0.0)), list(range(rank or 0))
+    pads = ctx.folder.value(node.inputs[1])
+    value_t = _optional(node, 2)
+    value = np.zeros((), tensor_dtype(node.inputs[0]) or np.float32) if value_t is None else ctx.folder.value(value_t)
+    axes_t = _optional(node, 3)
+    if axes_t is None:
+        axes = list(range(rank)) if rank is not None else None
+    else:
+        folded = ctx.folder.value(axes_t)
+        axes = None if folded is None or rank is None else [int(a) % rank for a in folded.reshape(-1)]
+    return mode, None if pads is None else pads.astype(np.int64).reshape(-1), value, axes
+
+
+def _rejected(node: gs.Node, ctx: Context) -> bool:
+    """Does the target parser (or, without a target, any parser >= 7.0) reject this Pad?"""
+    mode, pads, value, axes = _spec(node, ctx)
+    rank = len(node.inputs[0].shape) if node.inputs[0].shape is not None else None
+    has_axes = ctx.opset >= 18 and _optional(node, 3) is not None
+    trt = ctx.trt
+    if trt is not None and trt >= TrtVersion("8.2"):
+        if mode == "wrap" and trt < TrtVersion("10.0"):
+            return True
+        if has_axes and (trt < TrtVersion("10.0") or trt < TrtVersion("10.4") and not _is_weights(_optional(node, 3))):
+            return True
+        return trt < TrtVersion("8.2")
+    # 7.x / 8.0 (and the conservative default): zeros on the last two axes, initializer pads only
+    if mode != "constant" or has_axes or value is None or np.any(value != 0) or pads is None or axes is None:
+        return True
+    if ctx.opset >= 11 and not (_is_weights(node.inputs[1]) and _is_weights(_optional(node, 2))):
+        return True
+    n = len(axes)
+    padded = {axes[k] for k in range(n) if pads[k] != 0 or pads[n + k] != 0}
+    return rank is None or any(a < rank - 2 for a in padded) or bool(np.any(pads < 0))
+
+
+def match(node: gs.Node, ctx: Context) -> bool:
+    return node.op == "Pad" and (ctx.force or _rejected(node, ctx))
+
+
+def rewrite(node: gs.Node, ctx: Context) -> None:
+    mode, pads, value, axes = _spec(node, ctx)
+    x = node.inputs[0]
+    if pads is None:
+        raise Skip("pads are computed from dynamic dims at runtime; graphfix rewrites only pads that fold to constants")
+    if axes is None:
+        raise Skip("input rank or axes unknown (run shape inference upstream)")
+    if value is None:
+        value_tensor: gs.Tensor | None = node.inputs[2]
+    else:
+        value_tensor = None
+    dtype = tensor_dtype(x)
+    if dtype is None:
+        raise Skip("input type unknown (run shape inference upstream)")
+    b = ctx.builder
+    shape = list(x.shape)
+    n = len(axes)
+    y: gs.Tensor = x
+    for k, axis in enumerate(axes):
+        begin, end = int(pads[k]), int(pads[n + k])
+        if begin == 0 and end == 0:
+            continue
+        size = shape[axis] if isinstance(shape[axis], int) and shape[axis] >= 0 else None
+        if begin < 0 or end < 0:
+            y = b.slice(y, [max(0, -begin)], [end if end < 0 else _INT_MAX], axes=[axis])
+            if size is not None:
+                size -= max(0, -begin) + max(0, -end)
+            shape[axis] = size if size is not None else -1
+            begin, end = max(begin, 0), max(end, 0)
+        if mode in ("reflect", "wrap") and size is not None and max(begin, end) > size - (mode == "reflect"):
+            raise Skip(f"{mode} padding of {max(begin, end)} exceeds what axis {axis} (size {size}) allows")
+        parts = []
+        if begin:
+            parts.append(_block(b, y, shape, axis, begin, True, mode, value, value_tensor, dtype))
+        parts.append(y)
+        if end:
+            parts.append(_block(b, y, shape, axis, end, False, mode, value, value_tensor, dtype))
+        if len(parts) > 1:
+            y = b.concat(parts, axis)
+        shape[axis] = size + begin + end if size is not None else -1
+    replace_tensor(ctx.graph, node.outputs[0], y)
+
+
+def _block(b: Builder, y: gs.Tensor, shape: list, axis: int, p: int, before: bool, mode: str,
+           value: np.ndarray | None, value_tensor: gs.Tensor | None, dtype: np.dtype) -> gs.Tensor:
+    """The p slices that padding adds on one side of ``axis``."""
+    if mode == "reflect":
+        return b.slice(y, [p], [0], axes=[axis], steps=[-1]) if before else b.slice(y, [-2], [-2 - p], axes=[axis], steps=[-1])
+    if mode == "wrap":
+        return b.slice(y, [-p], [_INT_MAX], axes=[axis]) if before else b.slice(y, [0], [p], axes=[axis])
+    target = list(shape)
+    target[axis] = p
+    if mode == "edge":
+        edge = b.slice(y, [0], [1], axes=[axis]) if before else b.slice(y, [-1], [_INT_MAX], axes=[axis])
+        return b.op("Expand", [edge, _shape_of(b, y, target, axis, p)])
+    static = all(isinstance(d, int) and d >= 0 for d in target)
+    if value is not None and static:
+        return b.const(np.full(target, value.reshape(-1)[0] if value.size else 0, dtype=dtype), hint="pad_block")
+    fill = b.const(np.asarray(value.reshape(-1)[0], dtype)) if value is not None else value_tensor
+    return b.op("Expand", [fill, _shape_of(b, y, target, axis, p)])
+
+
+def _shape_of(b: Builder, y: gs.Tensor, target: list, axis: int, p: int) -> gs.Tensor:
+    """y's shape with ``axis`` set to p: a constant when static, else Shape arithmetic."""
+    if all(isinstance(d, int) and d >= 0 for d in target):
+        return b.const(np.array(target, np.int64), hint="shape")
+    rank = len(target)
+    pieces = []
+    if axis > 0:
+        pieces.append(b.slice(b.shape(y), [0], [axis], axes=[0]))
+    pieces.append(b.const(np.array([p], np.int64)))
+    if axis < rank - 1:
+        pieces.append(b.slice(b.shape(y), [axis + 1], [_INT_MAX], axes=[0]))
+    return b.concat(pieces, 0)
+
+
+PASS = Pass(
+    name="pad-to-concat",
+    order=40,
+    summary="Rewrite Pad (non-zero value, reflect/edge/wrap, N-D, negative, axes input) into Slice/Concat/Expand.",
+    fixes=("pad-non-zero-or-non-constant-mode", "pad-pads-not-initializer", "pad-non-spatial-axes", "pad-shape-tensor-2d-reshape"),
+    needed_by="<10.4",
+    match=match,
+    rewrite=rewrite,
+    doc=__doc__ or "",
+    ops=frozenset({"Pad"}),
+)
