@@ -24,18 +24,11 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
+from graphfix.graph.origin import DATA, SHAPE, Origin, ValueOrigins
 from graphfix.passes.base import Context, Pass, Skip
 
 #: Range outputs up to this many elements are folded whole; bigger ones keep a Range node.
 MAX_FOLDED_ELEMENTS = 1 << 16
-_TOPK_LIKE = {"TopK": "ITopKLayer", "ArgMax": "ITopKLayer", "ArgMin": "ITopKLayer", "NonZero": "INonZeroLayer"}
-#: Ops that compute shape tensors from shape tensors (TensorRT's shape-capable layers).
-_SHAPE_OPS = {
-    "Add", "Sub", "Mul", "Div", "Cast", "Gather", "Squeeze", "Unsqueeze", "Concat", "Reshape", "Slice",
-    "Identity", "Max", "Min", "Neg", "Abs", "Equal", "Less", "Greater", "Where", "Mod", "ReduceProd",
-    "ReduceSum", "ReduceMin", "ReduceMax", "Expand", "Range", "ConstantOfShape",
-}
-_CONST, _SHAPE, _INPUT = "const", "shape", "input"
 
 
 def match(node: gs.Node, ctx: Context) -> bool:
@@ -67,61 +60,29 @@ def _classify(node: gs.Node, ctx: Context) -> tuple[str, str] | None:
     if all(ctx.folder.value(t) is not None for t in node.inputs):
         return ("fold", "")
     for name, t in zip(("start", "limit", "delta"), node.inputs, strict=True):
-        kind, path = _origin(t, ctx)
-        if kind == "data":
-            return ("data", _data_message(node, name, path))
+        origin = _origin(t, ctx)
+        if origin.kind == DATA:
+            return ("data", _data_message(node, name, origin))
     dtype = tensor_dtype(node.outputs[0])
     if dtype is not None and dtype.kind == "f" and _integer_limit(node, ctx) is not None:
         return ("integer", "")
     return None
 
 
-# ------------------------------------------------------------ where values come from
-def _origin(t: gs.Tensor, ctx: Context) -> tuple[str, list[gs.Node]]:
-    """const / shape / input (an integer graph input: a TensorRT shape input) / data + path."""
-    memo: dict[int, tuple[str, list[gs.Node]]] = ctx.options.setdefault("range_origins", {})
-    stack = [t]
-    while stack:
-        cur = stack[-1]
-        if id(cur) in memo:
-            stack.pop()
-            continue
-        producer = cur.inputs[0] if isinstance(cur, gs.Variable) and cur.inputs else None
-        if ctx.folder.value(cur) is not None:
-            memo[id(cur)] = (_CONST, [])
-        elif producer is None:
-            dtype = tensor_dtype(cur)  # integer graph inputs can be TensorRT shape inputs; float ones are data
-            memo[id(cur)] = (_INPUT, []) if dtype is not None and dtype.kind in "iu" else ("data", [])
-        elif producer.op in ("Shape", "Size"):
-            memo[id(cur)] = (_SHAPE, [])
-        elif producer.op in _TOPK_LIKE:
-            memo[id(cur)] = ("data", [producer])
-        else:
-            pending = [i for i in producer.inputs if i.name and id(i) not in memo]
-            if pending:
-                stack.extend(pending)
-                continue
-            kinds = [memo[id(i)] for i in producer.inputs if i.name]
-            data = next((k for k in kinds if k[0] == "data"), None)
-            if data is not None:
-                memo[id(cur)] = ("data", [*data[1], producer])
-            elif producer.op not in _SHAPE_OPS and any(k[0] == _INPUT for k in kinds):
-                # e.g. MatMul / Softmax over input values: not a shape-capable layer
-                memo[id(cur)] = ("data", [producer])  # e.g. ReduceMax / MatMul over input values
-            else:
-                memo[id(cur)] = (_INPUT if any(k[0] == _INPUT for k in kinds) else _SHAPE, [])
-        stack.pop()
-    return memo[id(t)]
+def _origin(t: gs.Tensor, ctx: Context) -> Origin:
+    origins = ctx.options.get("origins")
+    if origins is None:
+        origins = ctx.options["origins"] = ValueOrigins(ctx.folder)
+    return origins.of(t)
 
 
-def _data_message(node: gs.Node, which: str, path: list[gs.Node]) -> str:
-    chain = " -> ".join(f"{n.op} '{n.name}'" for n in path) or "the values of a float graph input"
-    layer = _TOPK_LIKE.get(path[0].op) if path else None
+def _data_message(node: gs.Node, which: str, origin: Origin) -> str:
+    layer = origin.layer
     if layer:
-        error = f"'{layer} cannot be used to compute a shape tensor'" + (" (ArgMax/ArgMin are imported as TopK)" if path[0].op.startswith("Arg") else "")
+        error = f"'{layer} cannot be used to compute a shape tensor'" + (" (ArgMax/ArgMin are imported as TopK)" if origin.path[0].op.startswith("Arg") else "")
     else:
         error = "a shape-tensor error (a Range length cannot come from tensor values)"
-    return (f"{which} is data-dependent: {chain} -> Range '{node.name}'; TensorRT will fail with {error}. "
+    return (f"{which} is data-dependent: {origin.describe()} -> Range '{node.name}'; TensorRT will fail with {error}. "
             "Compute the length from a shape (x.shape[i]) or a constant upstream, or take the arange out of the exported model")
 
 
@@ -166,7 +127,7 @@ def _integer_limit(node: gs.Node, ctx: Context) -> tuple[gs.Tensor, int, int, in
         return None
     n = producer.inputs[0]
     n_dtype = tensor_dtype(n)
-    if n_dtype is None or n_dtype.kind not in "iu" or (div != 1 and _origin(n, ctx)[0] != _SHAPE):
+    if n_dtype is None or n_dtype.kind not in "iu" or (div != 1 and _origin(n, ctx).kind != SHAPE):
         return None
     return n, mul, div, int(s), int(d)
 
@@ -187,7 +148,7 @@ PASS = Pass(
     name="range-inputs",
     order=30,
     summary="Fold constant Range, make float shape-arithmetic Range integer, report data-dependent limits.",
-    fixes=("range-input-types", "layer-cannot-compute-shape-tensor"),
+    fixes=("range-input-types",),
     needed_by="all",
     match=match,
     rewrite=rewrite,
