@@ -84,6 +84,8 @@ class Pass:
     #: Op types ``match`` can accept. When set, a model without any of them is skipped without
     #: building a graph (most passes match nothing in most models; import/export is the cost).
     ops: frozenset[str] | None = None
+    #: The rejected pattern in one line, as `graphfix check` words a finding.
+    problem: str = ""
 
     @property
     def versions(self) -> VersionRange:
@@ -101,7 +103,8 @@ class Pass:
         shared: dict = {"n": 0, "taken": None, "root": graph}
         for g in list(all_graphs(graph)):
             g.opset = graph.opset
-            ctx = Context(g, Builder(g, self.name, shared), Folder(g), trt, force)
+            # force: match as if no target accepted anything (then each pass's own force rules)
+            ctx = Context(g, Builder(g, self.name, shared), Folder(g), None if force else trt, force)
             candidates = [n for n in g.nodes if self.match(n, ctx)]
             matched += len(candidates)
             for node in candidates:

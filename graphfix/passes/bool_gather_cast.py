@@ -48,6 +48,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 
 PASS = Pass(
+    problem='BOOL data into Gather/GatherElements/GatherND (rejected 7.2-8.4) or BOOL x/y into Where (8.0-8.2)',
     name="bool-gather-cast",
     order=25,
     summary="Route BOOL Gather/GatherElements/GatherND/Where data through INT32 Casts (bit-identical).",

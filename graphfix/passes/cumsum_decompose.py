@@ -35,6 +35,7 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
 from graphfix.passes.base import Context, Pass, Skip
+from graphfix.trt.versions import TrtVersion
 
 #: Static lengths up to this use one triangular MatMul; longer ones are blocked by this size.
 BLOCK = 64
@@ -44,7 +45,15 @@ _INT_MAX = np.iinfo(np.int64).max
 
 
 def match(node: gs.Node, ctx: Context) -> bool:
-    return node.op == "CumSum"
+    if node.op != "CumSum":
+        return False
+    trt = ctx.trt
+    if trt is None or trt < TrtVersion("8.0") or trt >= TrtVersion("10.8"):
+        return True  # no importer before 8.0; wrong results from 10.8 (NVIDIA/TensorRT#4551, #4513)
+    axis = node.inputs[1]
+    weights = isinstance(axis, gs.Constant) or bool(axis.inputs) and axis.inputs[0].op == "Constant"
+    dtype = tensor_dtype(node.inputs[0])
+    return not weights or dtype is None or dtype.kind != "f"
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -191,6 +200,7 @@ def _only_minus_one(t: gs.Variable, ctx: Context) -> gs.Node | None:
 
 
 PASS = Pass(
+    problem='CumSum (missing before 8.0, axis must be an initializer, wrong results with several/reverse CumSums from 10.8)',
     name="cumsum-decompose",
     order=60,
     summary="Rewrite CumSum into triangular MatMul / blocked MatMul / log-step Pad+Slice+Add (exact for ints).",

@@ -31,13 +31,51 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
 from graphfix.passes.base import Context, Pass, Skip
+from graphfix.trt.versions import TrtVersion
 
 #: Size assumed for a dynamic dim when ordering contractions (only affects the order).
 _DYNAMIC_GUESS = 64
 
 
 def match(node: gs.Node, ctx: Context) -> bool:
-    return node.op == "Einsum"
+    if node.op != "Einsum":
+        return False
+    return ctx.trt is None or not _trt_accepts(node, ctx.trt)
+
+
+def _trt_accepts(node: gs.Node, trt: TrtVersion) -> bool:
+    """Does this release's Einsum importer take the equation (PARSER_NOTES "Einsum")?"""
+    if trt < TrtVersion("8.2"):
+        return False
+    dtype = tensor_dtype(node.inputs[0]) if node.inputs else None
+    if dtype is None or dtype.kind != "f":
+        return False  # FP32/FP16 only
+    eq = node.attrs.get("equation", "").replace(" ", "")
+    lhs = eq.partition("->")[0]
+    terms = lhs.split(",")
+    if trt < TrtVersion("10.12"):
+        if any(c.isupper() for c in eq):
+            return False
+        if any(len(set(t.replace("...", ""))) != len(t.replace("...", "")) for t in terms):
+            return False  # diagonal
+        if _broadcasts(node):
+            return False
+    return trt >= TrtVersion("9.0") or ("..." not in eq and len(terms) <= 2)
+
+
+def _broadcasts(node: gs.Node) -> bool:
+    """Does a label (or ellipsis axis) have size 1 in one operand and another size elsewhere?"""
+    if any(t.shape is None for t in node.inputs):
+        return True
+    try:
+        labels, _ = parse(node.attrs["equation"], [len(t.shape) for t in node.inputs])
+    except Skip:
+        return True
+    sizes: dict[str, set] = {}
+    for t, ls in zip(node.inputs, labels, strict=True):
+        for d, label in zip(t.shape, ls, strict=True):
+            sizes.setdefault(label, set()).add(d)
+    return any(1 in s and len(s) > 1 for s in sizes.values())
 
 
 @dataclass
@@ -314,6 +352,7 @@ def _merge(b: Builder, op: Operand, nb: int, groups: list[int]) -> gs.Tensor:
 
 
 PASS = Pass(
+    problem="Einsum equation this release's importer rejects (no Einsum, ellipsis, diagonal, broadcasting, upper case, >2 operands or integer type)",
     name="einsum-to-matmul",
     order=50,
     summary="Rewrite Einsum into MatMul/Transpose/Reshape/ReduceSum/Mul (any equation; exact for ints).",

@@ -18,6 +18,9 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import replace_tensor, tensor_dtype
 from graphfix.passes.base import Context, Pass
+from graphfix.trt.versions import TrtVersion
+
+_LOWERED_SINCE = TrtVersion("8.2")
 
 
 def _is_weights(t: gs.Tensor) -> bool:
@@ -35,6 +38,8 @@ def _is_integer(t: gs.Tensor) -> bool:
 def match(node: gs.Node, ctx: Context) -> bool:
     if node.op != "Clip" or ctx.opset < 11 or len(node.inputs) < 2:
         return False
+    if ctx.trt is not None and ctx.trt >= _LOWERED_SINCE:
+        return False  # 8.2+ lowers computed bounds and INT32 input to elementwise max/min itself
     return _is_integer(node.inputs[0]) or not all(b.name and _is_weights(b) for b in node.inputs[1:])
 
 
@@ -68,11 +73,12 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 
 PASS = Pass(
+    problem='Clip bound computed in the graph (not an initializer), or integer Clip',
     name="fold-clip",
     order=10,
     summary="Fold Clip min/max into initializers; lower computed or integer Clip to Max/Min.",
     fixes=("clip-bound-not-initializer",),
-    needed_by=">=7.0,<10.0",
+    needed_by=">=7.0,<8.2",
     match=match,
     rewrite=rewrite,
     doc=__doc__ or "",

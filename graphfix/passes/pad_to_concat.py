@@ -159,6 +159,7 @@ def _shape_of(b: Builder, y: gs.Tensor, target: list, axis: int, p: int) -> gs.T
 
 
 PASS = Pass(
+    problem='Pad this release rejects (mode, non-zero value, padded axes, computed pads or axes input)',
     name="pad-to-concat",
     order=40,
     summary="Rewrite Pad (non-zero value, reflect/edge/wrap, N-D, negative, axes input) into Slice/Concat/Expand.",

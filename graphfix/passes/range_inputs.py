@@ -26,13 +26,23 @@ import onnx_graphsurgeon as gs
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
 from graphfix.graph.origin import DATA, SHAPE, Origin, ValueOrigins
 from graphfix.passes.base import Context, Pass, Skip
+from graphfix.trt.versions import TrtVersion
 
 #: Range outputs up to this many elements are folded whole; bigger ones keep a Range node.
 MAX_FOLDED_ELEMENTS = 1 << 16
 
 
 def match(node: gs.Node, ctx: Context) -> bool:
-    return node.op == "Range" and _plan(node, ctx) is not None
+    if node.op != "Range":
+        return False
+    plan = _plan(node, ctx)
+    if plan is None or ctx.trt is None:
+        return plan is not None
+    if plan[0] == "data":
+        return False  # no rewrite exists; `graphfix check` reports it as a shape-tensor finding
+    # a target accepts computed integer Range, and float Range with runtime inputs from 8.4
+    dtype = tensor_dtype(node.outputs[0])
+    return dtype is not None and dtype.kind == "f" and (ctx.trt < TrtVersion("8.4") or dtype != np.float32)
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -145,6 +155,7 @@ def _integer_range(b: Builder, node: gs.Node, ctx: Context) -> gs.Tensor:
 
 
 PASS = Pass(
+    problem='Range with float inputs computed at runtime (INT32 only before 8.4), or foldable inputs',
     name="range-inputs",
     order=30,
     summary="Fold constant Range, make float shape-arithmetic Range integer, report data-dependent limits.",

@@ -46,7 +46,14 @@ def match(node: gs.Node, ctx: Context) -> bool:
     if node.op != "ScatterND":
         return False
     dtype = tensor_dtype(node.inputs[0])
-    return "reduction" in node.attrs or (dtype is not None and dtype not in supported_types(ctx.trt))
+    if dtype is not None and dtype not in supported_types(ctx.trt):
+        return True
+    reduction = node.attrs.get("reduction")
+    if reduction is None:
+        return False
+    if reduction == "none" and ctx.trt is not None:
+        return TrtVersion("10.0") <= ctx.trt < TrtVersion("10.9")  # only those reject an explicit "none"
+    return True
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -102,6 +109,7 @@ def _reduced_updates(b: Builder, node: gs.Node, ctx: Context) -> tuple[gs.Tensor
 
 
 PASS = Pass(
+    problem="ScatterND data type this release's ScatterND does not take, or a reduction attribute (ignored before 10, rejected after)",
     name="scatternd-cast",
     order=20,
     summary="Cast ScatterND data/updates to a type TensorRT takes; rewrite or report the reduction attribute.",

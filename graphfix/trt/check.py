@@ -1,0 +1,262 @@
+"""``graphfix check``: what a TensorRT release's ONNX parser will reject, without TensorRT.
+
+Per node: is the op imported by that release; are its types supported; are the inputs that must
+be weights initializers or Constant outputs; are attributes/modes inside the release's
+restrictions (each graphfix pass contributes its own version-aware ``match``); are shape tensors
+computed only by layers that can compute them (the path to a TopK/ArgMax/NonZero or to tensor
+data is named); the model opset; INT64/DOUBLE narrowing. Each finding carries the TensorRT
+message it will produce (from ``data/errors.json``) and the pass that fixes it, if one does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from graphfix import passes
+from graphfix.graph import Builder, Folder, tensor_dtype, to_graph
+from graphfix.graph.convert import all_graphs
+from graphfix.graph.origin import DATA, ValueOrigins
+from graphfix.model_io import default_opset
+from graphfix.passes.base import Context
+from graphfix.trt import support
+from graphfix.trt.versions import TrtVersion, VersionRange
+
+BLOCKING, WARNING = "blocking", "warning"
+
+#: Inputs TensorRT treats as shape tensors: op -> input indices (PARSER_NOTES §2).
+SHAPE_INPUTS = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Resize": (2, 3), "Upsample": (1,),
+    "ConstantOfShape": (0,), "Range": (0, 1, 2), "Pad": (1,), "TopK": (1,), "OneHot": (1,),
+}
+#: op -> errors.json id for "no importer" of that op (else the generic plugin-fallback entry).
+NOT_SUPPORTED_IDS = {
+    "Einsum": "einsum-not-supported", "CumSum": "cumsum-not-supported", "ScatterND": "scatternd-not-supported",
+    "NonZero": "nonzero-data-dependent-shape", "Unique": "unique-not-supported", "GridSample": "gridsample-not-supported",
+    "LayerNormalization": "layernormalization-not-supported", "GroupNormalization": "groupnormalization-not-supported",
+    "Gelu": "gelu-not-supported", "Col2Im": "col2im-not-supported", "Mod": "mod-not-supported", "ATen": "aten-fallback-node",
+    "Round": "decomposable-op-missing", "Sign": "decomposable-op-missing", "HardSwish": "decomposable-op-missing",
+    "Mish": "decomposable-op-missing", "Celu": "decomposable-op-missing", "Trilu": "decomposable-op-missing",
+    "OneHot": "decomposable-op-missing", "Shrink": "decomposable-op-missing",
+}
+_TYPE_TOKENS = {"float32": "FP32", "float16": "FP16", "int32": "INT32", "int64": "INT64", "int8": "INT8", "uint8": "UINT8",
+                "bool": "BOOL", "float64": "DOUBLE"}
+
+
+@dataclass
+class CheckFinding:
+    node: str
+    op: str
+    severity: str
+    message: str
+    error_id: str | None = None
+    error_text: str | None = None
+    fix_pass: str | None = None
+    path: list[str] = field(default_factory=list)
+
+    @property
+    def remedy(self) -> str:
+        return self.fix_pass or "no rewrite: change the export"
+
+
+@dataclass
+class CheckReport:
+    requested: str
+    version_used: str
+    note: str
+    opset: int
+    findings: list[CheckFinding]
+
+    @property
+    def blocking(self) -> bool:
+        return any(f.severity == BLOCKING for f in self.findings)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "trt": self.requested, "version_used": self.version_used, "note": self.note, "opset": self.opset,
+            "blocking": self.blocking, "findings": [{**asdict(f), "remedy": f.remedy} for f in self.findings],
+        }
+
+
+def check_model(model: onnx.ModelProto, trt: str) -> CheckReport:
+    release = support.resolve(trt)
+    graph = to_graph(model)
+    opset = default_opset(model)
+    findings = list(_opset_findings(opset, release))
+    folder = Folder(graph)
+    origins = ValueOrigins(folder)
+    ctx = Context(graph, Builder(graph, "check"), folder, release.version)
+    matchers = [(p, p.match) for p in passes.all_passes()]
+    for g in all_graphs(graph):
+        ctx.graph = g
+        for node in list(g.nodes):
+            findings.extend(_node_findings(node, release, ctx, origins, matchers))
+    findings.extend(_weight_type_notes(model, release))
+    return CheckReport(trt, release.key, release.note, opset, findings)
+
+
+def passes_for(report: CheckReport) -> list[str]:
+    """The passes ``--passes auto`` runs: those that fix a blocking finding of this report."""
+    names = {f.fix_pass for f in report.findings if f.fix_pass and f.severity == BLOCKING}
+    return [p.name for p in passes.all_passes() if p.name in names]
+
+
+# ---------------------------------------------------------------- findings
+def _finding(node: gs.Node | None, severity: str, message: str, error_id: str | None, fix_pass: str | None = None,
+             path: list[str] | None = None, prefer: str | None = None) -> CheckFinding:
+    entry = support.error(error_id) if error_id else None
+    examples = entry.get("examples", []) if entry else []
+    text = next((e for e in examples if prefer and prefer in e), examples[0] if examples else None)
+    return CheckFinding(node.name if node else "", node.op if node else "", severity, message, error_id, text, fix_pass, path or [])
+
+
+def _opset_findings(opset: int, release: support.Release) -> Iterator[CheckFinding]:
+    lo, hi = support.opset_range(release)
+    if hi is not None and opset > hi:
+        yield _finding(None, BLOCKING, f"model opset {opset} is newer than TensorRT {release.key}'s parser supports (<= {hi}); re-export with opset_version={hi}", None)
+    if lo is not None and opset < lo:
+        yield _finding(None, BLOCKING, f"model opset {opset} is older than TensorRT {release.key}'s parser supports (>= {lo}); re-export or convert with onnx.version_converter", None)
+
+
+def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins,
+                   matchers: list[tuple[passes.Pass, Callable]]) -> Iterator[CheckFinding]:
+    domain = node.domain or ""
+    if domain not in ("", "ai.onnx"):
+        yield _finding(node, BLOCKING, f"custom-domain op {domain}::{node.op} needs a TensorRT plugin library loaded at build time",
+                       "custom-domain-op-plugin-library-missing")
+        return
+    entry = support.op_support(node.op, release)
+    if entry is None or not entry.supported:
+        fixer = _fixing_pass(node, ctx, matchers, any_version=True)
+        yield _finding(node, BLOCKING, f"TensorRT {release.key}'s parser has no importer for {node.op}",
+                       NOT_SUPPORTED_IDS.get(node.op, "unsupported-op-plugin-fallback-generic"), fixer)
+        return
+    claimed = False
+    for p, match in matchers:
+        if match(node, ctx):  # passes' matches are version-aware through ctx.trt
+            claimed = True
+            yield _finding(node, BLOCKING, p.problem or p.summary, _error_id_for(p, release), p.name)
+    yield from _restriction_findings(node, release, ctx, claimed)
+    yield from _shape_tensor_findings(node, origins)
+    if not claimed:
+        yield from _type_findings(node, entry, release)
+
+
+def _fixing_pass(node: gs.Node, ctx: Context, matchers: list[tuple[passes.Pass, Callable]], any_version: bool = False) -> str | None:
+    """A pass that rewrites this node (removing the op), regardless of the target's own gating."""
+    saved = ctx.trt
+    ctx.trt = None if any_version else saved
+    try:
+        return next((p.name for p, match in matchers if match(node, ctx)), None)
+    finally:
+        ctx.trt = saved
+
+
+def _error_id_for(p: passes.Pass, release: support.Release) -> str | None:
+    """The first error the pass fixes whose version window contains the release."""
+    for error_id in p.fixes:
+        entry = support.error(error_id)
+        if entry is None or any(_window_contains(w, release.version) for w in entry["trt_versions"]):
+            return error_id
+    return p.fixes[0] if p.fixes else None
+
+
+def _window_contains(window: str, version: TrtVersion) -> bool:
+    """errors.json windows read like '>=7.0,<8.2' or '>=8.2 (invalid labels); 8.2-9.x (...)'."""
+    for part in window.split(";"):
+        spec = re.match(r"\s*([<>=!][<>=!0-9., ]*)", part)
+        if spec is None:
+            continue
+        try:
+            if version in VersionRange(spec.group(1).strip().rstrip(",")):
+                return True
+        except ValueError:
+            return True
+    return False
+
+
+def _is_weights(t: gs.Tensor) -> bool:
+    return not t.name or isinstance(t, gs.Constant) or bool(t.inputs) and t.inputs[0].op == "Constant"
+
+
+def _restriction_findings(node: gs.Node, release: support.Release, ctx: Context, claimed: bool) -> Iterator[CheckFinding]:
+    """Restrictions no pass rewrites: inputs that must be initializers, modes, ranks."""
+    v = release.version
+    op = node.op
+    if op == "TopK" and len(node.inputs) > 1 and not _is_weights(node.inputs[1]) and v < TrtVersion("8.6"):
+        yield _finding(node, BLOCKING, "K must be an initializer before TensorRT 8.6 (constant-fold it upstream)", "topk-k-not-initializer")
+    if op in ("Resize", "Upsample") and v < TrtVersion("8.4"):
+        scales = node.inputs[2] if op == "Resize" and len(node.inputs) > 2 else node.inputs[1] if op == "Upsample" and len(node.inputs) > 1 else None
+        sizes = node.inputs[3] if op == "Resize" and len(node.inputs) > 3 else None
+        if scales is not None and scales.name and not _is_weights(scales) and (sizes is None or not sizes.name):
+            yield _finding(node, BLOCKING, "scales must be an initializer before TensorRT 8.4", "resize-upsample-scales-not-constant")
+    if op in ("Squeeze", "Unsqueeze") and ctx.opset >= 13 and len(node.inputs) > 1 and not _is_weights(node.inputs[1]) and v < TrtVersion("10.7"):
+        yield _finding(node, BLOCKING, "axes must be an initializer (TensorRT <= 10.6)", None)
+    if op == "Squeeze" and len(node.inputs) == 1 and "axes" not in node.attrs and node.inputs[0].shape is not None \
+            and any(not isinstance(d, int) for d in node.inputs[0].shape):
+        yield _finding(node, BLOCKING, "Squeeze without axes on a dynamic shape", "squeeze-without-axes-dynamic")
+    if op == "Slice" and ctx.opset >= 10 and len(node.inputs) > 3 and node.inputs[3].name and not _is_weights(node.inputs[3]) \
+            and v < TrtVersion("10.3"):
+        yield _finding(node, BLOCKING, "Slice axes must be an initializer before TensorRT 10.3", "slice-dynamic-axes")
+    if op == "GridSample":
+        mode = node.attrs.get("mode", "bilinear")
+        if mode in ("linear", "cubic") and v < TrtVersion("10.2"):
+            yield _finding(node, BLOCKING, f"mode '{mode}' (opset-20 name) silently falls back to nearest in TensorRT 8.5-10.1: wrong results; export with opset 16-19", None)
+        rank = len(node.inputs[0].shape) if node.inputs[0].shape is not None else None
+        if rank is not None and rank != 4 and v >= TrtVersion("10.1"):
+            yield _finding(node, BLOCKING, f"GridSample takes only rank-4 input (got rank {rank})", None)
+    if op == "NonZero":
+        yield _finding(node, WARNING, "output shape is data-dependent: downstream layers must accept a dynamic first dim", "nonzero-data-dependent-shape")
+    if op == "Gelu" and node.attrs.get("approximate", "none") not in ("none", "tanh"):
+        yield _finding(node, BLOCKING, "approximate must be 'none' or 'tanh'", None)
+    if op == "LpNormalization" and node.attrs.get("p", 2) not in (1, 2):
+        yield _finding(node, BLOCKING, "p must be 1 or 2", None)
+
+
+def _shape_tensor_findings(node: gs.Node, origins: ValueOrigins) -> Iterator[CheckFinding]:
+    for k in SHAPE_INPUTS.get(node.op, ()):
+        if k >= len(node.inputs) or not node.inputs[k].name:
+            continue
+        origin = origins.of(node.inputs[k])
+        if origin.kind != DATA:
+            continue
+        path = [n.name for n in origin.path] + [node.name]
+        if origin.layer:
+            message = f"input {k} is a shape tensor computed from {origin.describe()}: {origin.layer} cannot compute shape tensors"
+        else:
+            message = f"input {k} is a shape tensor computed from tensor data ({origin.describe()}); compute it from shapes or constants"
+        yield _finding(node, BLOCKING, message, "layer-cannot-compute-shape-tensor", None, path, prefer=origin.layer)
+
+
+def _type_findings(node: gs.Node, entry: support.OpSupport, release: support.Release) -> Iterator[CheckFinding]:
+    if entry.types is None or not node.inputs or not node.inputs[0].name:
+        return
+    dtype = tensor_dtype(node.inputs[0])
+    token = _TYPE_TOKENS.get(str(dtype)) if dtype is not None else None
+    if token is None or token in entry.types:
+        return
+    if token == "INT64" and release.version < TrtVersion("9.0"):
+        return  # cast down to INT32 by the parser (a warning in the build log, not a failure)
+    if token == "BOOL" and node.op in ("Gather", "GatherElements", "GatherND"):
+        return  # handled by bool-gather-cast's version-aware match
+    yield _finding(node, WARNING, f"{node.op} on {token} is not in TensorRT {release.key}'s documented types {list(entry.types)}",
+                   "type-restricted-ops")
+
+
+def _weight_type_notes(model: onnx.ModelProto, release: support.Release) -> Iterator[CheckFinding]:
+    kinds = {t.data_type for t in model.graph.initializer}
+    if onnx.TensorProto.INT64 in kinds and release.version < TrtVersion("9.0"):
+        yield _finding(None, WARNING, "INT64 initializers are cast down to INT32 (values outside int32 are clamped)", "int64-weights-cast-down")
+    if onnx.TensorProto.DOUBLE in kinds:
+        yield _finding(None, WARNING, "DOUBLE initializers are cast down to FLOAT", None)
+    unsupported = kinds & {onnx.TensorProto.STRING, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
+    if unsupported:
+        names = ", ".join(onnx.TensorProto.DataType.Name(k) for k in sorted(unsupported))
+        yield _finding(None, BLOCKING, f"initializers of unsupported types: {names}", "unsupported-initializer-dtype")
+
+

@@ -1,0 +1,103 @@
+"""What each TensorRT ONNX parser release supports, from ``data/parser_support.json``.
+
+Releases are the documented ones (5.1 ... 11.1). Any other version resolves to the newest
+documented GA release at or below it ("10.3 -> 10.1"), and the resolution says so, with the
+changelog notes known for the undocumented release.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from graphfix.errors import GraphfixError
+from graphfix.trt.versions import TrtVersion
+
+
+@cache
+def data() -> dict[str, Any]:
+    return json.loads(resources.files("graphfix.trt").joinpath("data/parser_support.json").read_text())
+
+
+@cache
+def errors() -> list[dict[str, Any]]:
+    return json.loads(resources.files("graphfix.trt").joinpath("data/errors.json").read_text())["errors"]
+
+
+def versions() -> list[str]:
+    return list(data()["version_order"])
+
+
+@dataclass(frozen=True)
+class Release:
+    """A documented parser release standing in for the version the user asked about."""
+
+    requested: str
+    key: str
+    note: str
+
+    @property
+    def version(self) -> TrtVersion:
+        return TrtVersion(self.key)
+
+
+def resolve(requested: str) -> Release:
+    try:
+        want = TrtVersion(requested)
+    except ValueError as exc:
+        raise GraphfixError(f"--trt: {exc}") from exc
+    documented = [v for v in versions() if "-EA" not in v]
+    exact = next((v for v in versions() if TrtVersion(v) == want), None)
+    if exact is not None:
+        return Release(requested, exact, "")
+    below = [v for v in documented if TrtVersion(v) <= want]
+    if not below:
+        raise GraphfixError(f"--trt {requested}: older than the oldest documented parser ({documented[0]})")
+    key = max(below, key=TrtVersion)
+    note = f"TensorRT {requested} has no parser document; using {key}, the nearest documented release below it"
+    changelog = data()["changelog_only_versions"].get(f"{want.parts[0]}.{want.parts[1]}")
+    if changelog:
+        note += f" (its changelog: {'; '.join(changelog.get('parser_changes', []))})"
+    if want > TrtVersion(documented[-1]):
+        note = f"TensorRT {requested} is newer than the newest documented parser; using {key}"
+    return Release(requested, key, note)
+
+
+@dataclass(frozen=True)
+class OpSupport:
+    supported: bool
+    types: tuple[str, ...] | None
+    restrictions: str
+
+
+def op_support(op: str, release: Release) -> OpSupport | None:
+    """The op's entry for that release (None: the release's table does not list the op)."""
+    runs = data()["ops"].get(op)
+    if runs is None:
+        return None
+    order = versions()
+    idx = order.index(release.key)
+    entry = None
+    for first, value in runs:
+        if order.index(first) <= idx:
+            entry = value
+        else:
+            break
+    if entry is None:
+        return None
+    # The importer source is the truth where it was read (docs lag and lead it, PARSER_NOTES §2).
+    supported = entry.get("importer_in_source", entry["supported"])
+    types = tuple(entry["types"]) if entry.get("types") else None
+    return OpSupport(bool(supported), types, entry.get("restrictions", ""))
+
+
+def opset_range(release: Release) -> tuple[int | None, int | None]:
+    o = data()["opsets"].get(release.key, {})
+    return o.get("min"), o.get("max")
+
+
+def error(error_id: str) -> dict[str, Any] | None:
+    return next((e for e in errors() if e["id"] == error_id), None)

@@ -1,0 +1,111 @@
+"""`graphfix check` on fixtures per TensorRT version, `--passes auto`, and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import graphfix
+from fixtures.make_fixtures import all_fixtures
+from graphfix.cli import main
+from graphfix.model_io import load_model
+from graphfix.trt.check import check_model, passes_for
+
+FIX = {fx.name: (group, fx) for group, fx in all_fixtures()}
+
+
+def _path(name: str) -> str:
+    group, fx = FIX[name]
+    from fixtures.make_fixtures import path_of
+
+    return str(path_of(group, fx))
+
+
+def _blocking(name: str, trt: str) -> list:
+    return [f for f in check_model(load_model(_path(name)), trt).findings if f.severity == "blocking"]
+
+
+def _ops(findings) -> set[str]:
+    return {f.op for f in findings}
+
+
+@pytest.mark.parametrize("name,trt,blocked_op,fix", [
+    ("clip_shape_max_static", "7.2", "Clip", "fold-clip"),
+    ("clip_shape_max_static", "8.0", "Clip", "fold-clip"),
+    ("superglue_attention", "8.0", "Einsum", "einsum-to-matmul"),
+    ("lightglue_ellipsis", "8.6", "Einsum", "einsum-to-matmul"),
+    ("layer_norm_opset17", "8.5", "LayerNormalization", None),
+    ("grid_sample_opset16", "8.4", "GridSample", None),
+    ("reflection_pad2d", "7.2", "Pad", "pad-to-concat"),
+    ("circular_pad", "9.3", "Pad", "pad-to-concat"),
+    ("exclusive_reverse", "10.8", "CumSum", "cumsum-decompose"),
+    ("bert_mask_gather", "8.4", "Gather", "bool-gather-cast"),
+    ("topk_ids_into_int64", "8.6", "ScatterND", "scatternd-cast"),
+    ("kv_cache_reduction_none", "10.1", "ScatterND", "scatternd-cast"),
+])
+def test_blocking_findings(name, trt, blocked_op, fix):
+    found = [f for f in _blocking(name, trt) if f.op == blocked_op]
+    assert found, check_model(load_model(_path(name)), trt).as_dict()
+    assert found[0].fix_pass == fix
+    assert found[0].error_id is None or found[0].error_text
+
+
+@pytest.mark.parametrize("name,trt,op", [
+    ("clip_shape_max_static", "8.6", "Clip"),
+    ("superglue_attention", "8.2", "Einsum"),
+    ("superglue_attention", "10.1", "Einsum"),
+    ("layer_norm_opset17", "8.6", "LayerNormalization"),
+    ("reflection_pad2d", "8.6", "Pad"),
+    ("circular_pad", "10.1", "Pad"),
+    ("exclusive_reverse", "8.6", "CumSum"),
+    ("bert_mask_gather", "8.5", "Gather"),
+    ("topk_ids_into_int64", "9.0", "ScatterND"),
+    ("kv_cache_reduction_none", "10.12", "ScatterND"),
+])
+def test_accepted_patterns_have_no_blocking_finding(name, trt, op):
+    assert op not in _ops(_blocking(name, trt))
+
+
+@pytest.mark.parametrize("trt", ["7.2", "8.0", "8.6", "10.1", "11.1"])
+def test_argmax_range_is_blocking_everywhere_with_the_path(trt):
+    found = [f for f in _blocking("arange_over_argmax", trt) if f.error_id == "layer-cannot-compute-shape-tensor"]
+    assert found and found[0].path == ["/ArgMax", "/Add", "/Range"] and found[0].fix_pass is None
+    assert "ITopKLayer" in found[0].message
+
+
+def test_opset_newer_than_parser():
+    assert any("opset 17 is newer" in f.message for f in _blocking("clip_int", "8.2"))
+
+
+AUTO = [name for name, (group, fx) in FIX.items() if fx.passes and not fx.finding]
+
+
+@pytest.mark.parametrize("trt", ["8.6", "10.1"])
+@pytest.mark.parametrize("name", AUTO)
+def test_auto_clears_every_fixable_finding(name, trt):
+    group, fx = FIX[name]
+    before = check_model(fx.build(), trt)
+    result = graphfix.fix(fx.build(), "auto", trt=trt, input_shapes=fx.input_shapes, val_range=fx.val_range)
+    assert [p.name for p in result.report.passes] == passes_for(before)
+    assert all(p.verdict in ("kept", "unchanged") for p in result.report.passes), [p.reason for p in result.report.passes]
+    after = check_model(result.model, trt)
+    assert not [f for f in after.findings if f.severity == "blocking" and f.fix_pass], after.as_dict()
+    assert result.report.trt["after"]["blocking"] == after.blocking
+
+
+def test_cli_table_json_and_exit_codes(capsys):
+    assert main(["check", _path("clip_shape_max_static"), "--trt", "8.0"]) == 1
+    text = capsys.readouterr().out
+    assert "/ClipBoxes" in text and "fold-clip" in text and "must be an initializer" in text and "BLOCKING" in text
+    assert main(["check", _path("clip_shape_max_static"), "--trt", "8.6"]) == 0
+    assert "no findings" in capsys.readouterr().out
+    assert main(["check", _path("arange_over_argmax"), "--trt", "10.3", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["version_used"] == "10.1" and "10.3" in data["note"] and data["blocking"]
+    assert data["findings"][0]["remedy"] == "no rewrite: change the export"
+
+
+def test_cli_bad_version(capsys):
+    assert main(["check", _path("clip_int"), "--trt", "banana"]) == 2
+    assert "not a TensorRT version" in capsys.readouterr().err
