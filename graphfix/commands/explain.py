@@ -1,0 +1,81 @@
+"""``graphfix explain trt_build.log [--model model.onnx]``: the failing node, why, and the fix."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import onnx
+
+from graphfix import passes
+from graphfix.errors import GraphfixError
+from graphfix.graph import Builder, Folder, to_graph
+from graphfix.model_io import first_line, load_model
+from graphfix.passes.base import Context
+from graphfix.trt.errors import ErrorMatch, match_log
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("log", help="TensorRT / trtexec / polygraphy output ('-' for standard input)")
+    p.add_argument("--model", help="the ONNX model that was built: locate the node and confirm the pattern")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    text = _read(args.log)
+    matches = match_log(text)
+    located = locate(load_model(args.model), matches) if args.model else {}
+    if args.json:
+        print(json.dumps([{**m.as_dict(), "model": located.get(id(m))} for m in matches], indent=2))
+        return 0 if matches else 1
+    if not matches:
+        print(f"{args.log}: no known TensorRT error found (graphfix knows the messages in graphfix/trt/data/errors.json)")
+        return 1
+    for k, m in enumerate(matches):
+        head = "error" if k == 0 else "also"
+        where = f"node {m.node} ({m.op})" if m.node else f"op {m.op}"
+        print(f"{head}: {m.id}: {where}")
+        print(f"  log:   {m.line[:200]}")
+        print(f"  cause: {m.cause}")
+        print(f"  fix:   {('graphfix IN OUT --passes ' + m.fix_pass) if m.fix_pass else m.fix}")
+        if id(m) in located:
+            print(f"  model: {located[id(m)]}")
+    return 0
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        import sys
+
+        return sys.stdin.read()
+    p = Path(path)
+    if not p.is_file():
+        raise GraphfixError("no such file", path)
+    try:
+        return p.read_text(errors="replace")
+    except OSError as exc:
+        raise GraphfixError(f"cannot read log ({first_line(exc)})", path) from exc
+
+
+def locate(model: onnx.ModelProto, matches: list[ErrorMatch]) -> dict[int, str]:
+    """Per match: where the node is in the model and whether the fixing pass sees its pattern there."""
+    graph = to_graph(model)
+    ctx = Context(graph, Builder(graph), Folder(graph))
+    by_name = {n.name: n for n in graph.nodes}
+    found: dict[int, str] = {}
+    for m in matches:
+        candidates = [by_name[m.node]] if m.node in by_name else [n for n in graph.nodes if n.op == m.op]
+        if not candidates:
+            found[id(m)] = f"no node named {m.node!r} or of op {m.op} in the model" if m.node else f"no {m.op} node in the model"
+            continue
+        fixer = passes.get(m.fix_pass) if m.fix_pass else None
+        confirmed = [n for n in candidates if fixer is not None and fixer.match(n, ctx)]
+        names = ", ".join(n.name or n.op for n in (confirmed or candidates)[:5])
+        if confirmed:
+            found[id(m)] = f"pattern confirmed at {names}: {fixer.name} rewrites it"
+        elif fixer is not None:
+            found[id(m)] = f"found {names}, but {fixer.name} sees nothing to rewrite there"
+        else:
+            found[id(m)] = f"found {names}"
+    return found

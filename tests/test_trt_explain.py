@@ -1,0 +1,86 @@
+"""`graphfix explain`: every corpus example is explained by its entry; ranking; node names; CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from graphfix import passes
+from graphfix.cli import main
+from graphfix.trt import support
+from graphfix.trt.errors import match_log
+
+ENTRIES = support.errors()
+FIXED_BY = {error_id: p.name for p in passes.all_passes() for error_id in p.fixes}
+
+
+def test_every_entry_has_examples():
+    assert all(e.get("examples") for e in support.errors())
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["id"] for e in ENTRIES])
+def test_examples_are_explained_by_their_entry(entry):
+    """An entry's example lines are excerpts of one log (e.g. 'In function importClip:' then the
+    assertion on the next line); an 'Attempting to import as plugin' INFO line only counts next to
+    a plugin-not-found line, so one is added where the excerpt has none."""
+    error_id = entry["id"]
+    log = "\n".join(entry["examples"])
+    if "Attempting to import as plugin" in log and "not found" not in log.lower():
+        log += "\nERROR: Plugin not found, are the plugin name, version, and namespace correct?"
+    matches = match_log(log)
+    ids = [m.id for m in matches]
+    assert error_id in ids, ids
+    m = matches[ids.index(error_id)]
+    assert m.fix_pass == FIXED_BY.get(error_id)
+    assert m.cause and m.fix
+
+
+def test_real_error_outranks_noise():
+    log = (
+        "[W] onnx2trt_utils.cpp:374: Your ONNX model has been generated with INT64 weights, while TensorRT does not natively "
+        "support INT64. Attempting to cast down to INT32.\n"
+        "[E] In node 12 with name: /model/Einsum and operator: Einsum (importEinsum): UNSUPPORTED_NODE: "
+        "Invalid character(s) in Einsum equation: B,D\n"
+        "[E] Network must have at least one output\n"
+    )
+    matches = match_log(log)
+    assert matches[0].id == "einsum-unsupported-equation" and matches[0].node == "/model/Einsum"
+    assert matches[0].fix_pass == "einsum-to-matmul"
+    assert "int64-weights-cast-down" not in [m.id for m in matches]
+
+
+def test_noise_alone_is_still_explained():
+    only = "Your ONNX model has been generated with INT64 weights, while TensorRT does not natively support INT64."
+    assert [m.id for m in match_log(only)] == ["int64-weights-cast-down"]
+
+
+def test_plugin_info_line_alone_is_not_an_error():
+    log = "INFO: No importer registered for op: ScatterND. Attempting to import as plugin.\nINFO: Successfully created plugin: ScatterND\n"
+    assert match_log(log) == []
+
+
+def test_op_specific_before_generic_plugin_failure():
+    log = ("INFO: No importer registered for op: GridSample. Attempting to import as plugin.\n"
+           "ERROR: getPluginCreator could not find plugin: GridSample version: 1\n")
+    ids = [m.id for m in match_log(log)]
+    assert ids[0] == "gridsample-not-supported" and ids.index("gridsample-not-supported") < ids.index("unsupported-op-plugin-fallback-generic")
+
+
+def test_cli_with_model_confirms_the_pattern(tmp_path, capsys):
+    log = tmp_path / "build.log"
+    log.write_text('ERROR: builtin_op_importers.cpp:359 In function importClip:\n[8] Assertion failed: inputs.at(2).is_weights() && "Clip max value must be an initializer!"\n')
+    assert main(["explain", str(log), "--model", "fixtures/fold_clip/clip_shape_max_static.onnx"]) == 0
+    out = capsys.readouterr().out
+    assert "clip-bound-not-initializer" in out and "--passes fold-clip" in out and "pattern confirmed at /ClipBoxes" in out
+    assert main(["explain", str(log), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["id"] == "clip-bound-not-initializer"
+
+
+def test_cli_unknown_log_and_missing_file(tmp_path, capsys):
+    log = tmp_path / "ok.log"
+    log.write_text("[I] Engine built in 12.3 s\n")
+    assert main(["explain", str(log)]) == 1
+    assert "no known TensorRT error" in capsys.readouterr().out
+    assert main(["explain", str(tmp_path / "nope.log")]) == 2
+    assert "no such file" in capsys.readouterr().err
