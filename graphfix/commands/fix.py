@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from graphfix import report as report_mod
 from graphfix.api import FixResult, fix
 from graphfix.errors import GraphfixError
 from graphfix.model_io import check_output_path
+from graphfix.trt.engine import build_and_compare, command_lines, parse_profile_shapes
 from graphfix.verify import load_inputs, parse_input_shapes, parse_val_ranges
 
 
@@ -30,6 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--input-shapes", action="append", metavar="NAME:1x3x224x224", help="shapes for dynamic inputs (trtexec syntax)")
     v.add_argument("--val-range", action="append", metavar="NAME:[LO,HI]", help="value range of an input (e.g. indices)")
     v.add_argument("--load-inputs", metavar="FILE", help="inputs from .npz or polygraphy JSON (polygraphy run --save-inputs)")
+    t = p.add_argument_group("TensorRT engine (needs graphfix[trt] and a GPU)")
+    t.add_argument("--build", metavar="ENGINE", help="build the fixed model with polygraphy and compare TensorRT with onnxruntime")
+    t.add_argument("--trt-min-shapes", action="append", metavar="NAME:1x3x224x224", help="optimization profile minimum (trtexec syntax)")
+    t.add_argument("--trt-opt-shapes", action="append", metavar="NAME:1x3x224x224", help="optimization profile optimum")
+    t.add_argument("--trt-max-shapes", action="append", metavar="NAME:1x3x224x224", help="optimization profile maximum")
+    t.add_argument("--fp16", action="store_true", help="build with FP16 enabled")
     r = p.add_argument_group("reports")
     r.add_argument("--report", action="append", default=[], metavar="FILE", help="write the report: .json (plus polygraphy inputs/outputs files) or .md")
     r.add_argument("--quiet", action="store_true", help="don't print the table")
@@ -41,9 +49,8 @@ def _split(items: list[str]) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     check_output_path(args.input, args.output)
+    profile = parse_profile_shapes(args.trt_min_shapes, args.trt_opt_shapes, args.trt_max_shapes)
     for path in args.report:
-        from pathlib import Path
-
         if not Path(path).parent.exists():
             raise GraphfixError(f"report directory {Path(path).parent} does not exist", path)
     inputs = None
@@ -57,8 +64,29 @@ def run(args: argparse.Namespace) -> int:
         iterations=args.iterations, input_shapes=parse_input_shapes(args.input_shapes),
         val_range=parse_val_ranges(args.val_range), inputs=inputs, output=args.output,
     )
+    engine_error = None
+    if args.build or args.trt:
+        engine_path = args.build or str(Path(args.output).with_suffix(".engine"))
+        result.report.engine = {"commands": command_lines(args.output, engine_path, profile, args.fp16)}
+        if args.build:
+            try:
+                result.report.engine.update(_build(result, args, profile))
+            except GraphfixError as exc:
+                engine_error = exc
     _finish(result, args)
+    if engine_error is not None:
+        raise engine_error
     return 0
+
+
+def _build(result: FixResult, args: argparse.Namespace, profile) -> dict:
+    from graphfix import verify
+
+    outcome = result.outcome
+    feeds = outcome.feeds or verify.make_inputs(result.model, result.report.settings["input_shapes"], seed=args.seed)
+    reference = outcome.final or verify.run(result.model, feeds, "onnxrt")
+    tol = 1e-2 if args.fp16 else 1e-3
+    return build_and_compare(args.output, args.build, feeds, reference, profile, args.fp16, atol=tol, rtol=tol)
 
 
 def _finish(result: FixResult, args: argparse.Namespace) -> None:
@@ -66,4 +94,15 @@ def _finish(result: FixResult, args: argparse.Namespace) -> None:
         result.save_report(path)
     if not args.quiet:
         print(report_mod.table(result.report))
+        if result.report.trt:
+            before, after = result.report.trt["before"], result.report.trt["after"]
+            left = [f for f in after["findings"] if f["severity"] == "blocking"]
+            print(f"TensorRT {after['version_used']}: {sum(f['severity'] == 'blocking' for f in before['findings'])} blocking finding(s) before, {len(left)} after")
+            for f in left:
+                print(f"  {f['node'] or '(model)'} ({f['op'] or '-'}): {f['message']} -> {f['remedy']}")
+        engine = result.report.engine or {}
+        for tool, line in engine.get("commands", {}).items():
+            print(f"{tool}: {line}")
+        if "passed" in engine:
+            print(f"TensorRT vs onnxruntime: {'match' if engine['passed'] else 'MISMATCH'} (max abs {engine['max_abs']:.3g}), engine {engine['engine']}")
         print(f"wrote {args.output}", file=sys.stderr)
