@@ -47,6 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if not args.verbose:
+        import onnxruntime
+
+        onnxruntime.set_default_logger_severity(3)  # its errors reach the user as graphfix's one line
     try:
         return int(args._module.run(args))
     except GraphfixError as exc:

@@ -86,7 +86,7 @@ def _num(x: float) -> str:
 
 def table(report: Report) -> str:
     """The per-pass table printed after a run."""
-    head = ["pass", "matched", "rewritten", "nodes", "max abs", "max rel", "verdict", "time"]
+    head = ["pass", "matched", "rewritten", "nodes", "max abs", "max rel", "worst output", "verdict", "time"]
     rows: list[list[str]] = []
     for p in report.passes:
         delta = p.nodes_after - p.nodes_before
@@ -95,13 +95,14 @@ def table(report: Report) -> str:
             p.name, str(p.matched), str(p.rewritten),
             f"{p.nodes_before}->{p.nodes_after} ({delta:+d})" if p.rewritten else "-",
             _num(worst[1]) if worst else "-", _num(worst[2]) if worst else "-",
+            (worst[0] + (f" (of {len(p.outputs)})" if len(p.outputs) > 1 else "")) if worst else "-",
             p.verdict, f"{p.seconds:.2f}s",
         ])
-        if len(p.outputs) > 1:
-            for out, d in p.outputs.items():
-                rows.append([f"  output {out}", "", "", "", _num(d["max_abs"]), _num(d["max_rel"]), "ok" if d["passed"] else "MISMATCH", ""])
+        for out, d in p.outputs.items():  # every mismatching output gets its own line
+            if not d["passed"]:
+                rows.append(["", "", "", "", _num(d["max_abs"]), _num(d["max_rel"]), out, "MISMATCH", ""])
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    fmt = "  ".join(f"{{:{'<' if i in (0, 6) else '>'}{w}}}" for i, w in enumerate(widths))
+    fmt = "  ".join(f"{{:{'<' if i in (0, 6, 7) else '>'}{w}}}" for i, w in enumerate(widths))
     lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
     lines += [fmt.format(*r) for r in rows]
     notes = []
