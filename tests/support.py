@@ -113,3 +113,11 @@ def freeze_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx
     m.graph.input.extend(keep)
     m.graph.initializer.extend(onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in values.items())
     return m
+
+
+def check_fixture(fx, pass_name: str, atol: float = 1e-6, rtol: float = 1e-6, seed: int = 0) -> PassResult:
+    """A fixture reproduces its pattern, and the pass rewrites it with equal onnxruntime outputs."""
+    m = fx.build()
+    assert remaining_matches(m, pass_name), "the fixture must reproduce the pattern"
+    feeds = make_inputs(m, fx.input_shapes, fx.val_range, seed=seed)[0]
+    return check_rewrite(m, pass_name, feeds, atol, rtol)

@@ -6,22 +6,18 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import check_rewrite, ort_run, remaining_matches
+from support import check_fixture, check_rewrite, ort_run
 
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import BOOL, INT64, inp, model, node, out
 from graphfix import passes
-from graphfix.verify import make_inputs
 
 FIXTURES = [fx for group, fx in all_fixtures() if group == "bool_gather_cast"]
 
 
 @pytest.mark.parametrize("fx", FIXTURES, ids=lambda fx: fx.name)
 def test_fixture_rewritten_and_identical(fx):
-    m = fx.build()
-    assert remaining_matches(m, "bool-gather-cast")
-    feeds = make_inputs(m, fx.input_shapes, fx.val_range, seed=2)[0]
-    result = check_rewrite(m, "bool-gather-cast", feeds)
+    result = check_fixture(fx, "bool-gather-cast", seed=2)
     producers = {o: n for n in result.model.graph.node for o in n.output}
     for n in result.model.graph.node:
         if n.op_type.startswith("Gather"):

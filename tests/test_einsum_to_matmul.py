@@ -7,7 +7,7 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import case_feeds, check_rewrite, node_cases, ort_run, remaining_matches, runnable
+from support import case_feeds, check_fixture, check_rewrite, node_cases, ort_run, runnable
 
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, INT64, inp, model, node, out
@@ -19,10 +19,7 @@ FIXTURES = [fx for group, fx in all_fixtures() if group == "einsum_to_matmul"]
 
 @pytest.mark.parametrize("fx", FIXTURES, ids=lambda fx: fx.name)
 def test_fixture_rewritten_and_equal(fx):
-    m = fx.build()
-    assert remaining_matches(m, "einsum-to-matmul")
-    feeds = make_inputs(m, fx.input_shapes, fx.val_range, seed=11)[0]
-    result = check_rewrite(m, "einsum-to-matmul", feeds, atol=1e-5, rtol=1e-5)
+    result = check_fixture(fx, "einsum-to-matmul", atol=1e-5, rtol=1e-5, seed=11)
     assert all(n.op_type != "Einsum" for n in result.model.graph.node)
 
 

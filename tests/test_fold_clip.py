@@ -7,7 +7,7 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import case_feeds, check_rewrite, node_cases, ort_run, remaining_matches, runnable
+from support import case_feeds, check_fixture, check_rewrite, node_cases, ort_run, remaining_matches, runnable
 
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, INT32, INT64, const, init, inp, model, node, out
@@ -18,10 +18,7 @@ FIXTURES = [fx for group, fx in all_fixtures() if group == "fold_clip"]
 
 @pytest.mark.parametrize("fx", FIXTURES, ids=lambda fx: fx.name)
 def test_fixture_rewritten_and_equal(fx):
-    m = fx.build()
-    assert remaining_matches(m, "fold-clip"), "fixture must reproduce the pattern"
-    feeds = make_inputs(m, fx.input_shapes, fx.val_range, seed=7)[0]
-    result = check_rewrite(m, "fold-clip", feeds)
+    result = check_fixture(fx, "fold-clip", seed=7)
     for n in result.model.graph.node:
         assert not (n.op_type == "Clip" and any(i and i not in {t.name for t in result.model.graph.initializer} for i in n.input[1:]))
 

@@ -6,22 +6,27 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import case_feeds, check_rewrite, freeze_inputs, node_cases, ort_run, remaining_matches, runnable
+from support import (
+    case_feeds,
+    check_fixture,
+    check_rewrite,
+    freeze_inputs,
+    node_cases,
+    ort_run,
+    remaining_matches,
+    runnable,
+)
 
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, INT32, INT64, init, inp, model, node, out
 from graphfix import passes
-from graphfix.verify import make_inputs
 
 FIXTURES = {fx.name: fx for group, fx in all_fixtures() if group == "pad_to_concat"}
 
 
 @pytest.mark.parametrize("fx", FIXTURES.values(), ids=lambda fx: fx.name)
 def test_fixture_rewritten_and_equal(fx):
-    m = fx.build()
-    assert remaining_matches(m, "pad-to-concat")
-    feeds = make_inputs(m, fx.input_shapes, fx.val_range, seed=6)[0]
-    result = check_rewrite(m, "pad-to-concat", feeds)
+    result = check_fixture(fx, "pad-to-concat", seed=6)
     assert "Pad" not in [n.op_type for n in result.model.graph.node]
 
 

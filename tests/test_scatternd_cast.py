@@ -6,22 +6,27 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import case_feeds, check_rewrite, freeze_inputs, node_cases, ort_run, remaining_matches, runnable
+from support import (
+    case_feeds,
+    check_fixture,
+    check_rewrite,
+    freeze_inputs,
+    node_cases,
+    ort_run,
+    remaining_matches,
+    runnable,
+)
 
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import BOOL, FLOAT, FLOAT16, INT32, INT64, init, inp, model, node, out
 from graphfix import passes
-from graphfix.verify import make_inputs
 
 FIXTURES = [fx for group, fx in all_fixtures() if group == "scatternd_cast"]
 
 
 @pytest.mark.parametrize("fx", [f for f in FIXTURES if not f.finding], ids=lambda fx: fx.name)
 def test_fixture_rewritten_and_equal(fx):
-    m = fx.build()
-    assert remaining_matches(m, "scatternd-cast")
-    feeds = make_inputs(m, fx.input_shapes, fx.val_range, seed=4)[0]
-    result = check_rewrite(m, "scatternd-cast", feeds)
+    result = check_fixture(fx, "scatternd-cast", seed=4)
     for n in result.model.graph.node:
         assert not any(a.name == "reduction" for a in n.attribute)
 
