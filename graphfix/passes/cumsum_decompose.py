@@ -177,14 +177,17 @@ def _arange_like(node: gs.Node, axis: int, exclusive: bool, reverse: bool, ctx: 
         return None
     dtype = np.asarray(fill.values).dtype
     b = ctx.builder
-    n = b.reshape(producer.inputs[0], np.array([], np.int64))
-    if dtype != np.int64:
-        n = b.cast(n, dtype)
     start = 0 if exclusive else 1
     out: gs.Variable = node.outputs[0]
     minus = _only_minus_one(out, ctx)
     if minus is not None:
         start, out = start - 1, minus.outputs[0]
+    known = ctx.folder.value(producer.inputs[0])
+    if known is not None:  # a static length: the values themselves
+        return out, b.const(np.arange(start, start + int(known.reshape(-1)[0]), dtype=dtype), hint="arange")
+    n = b.reshape(producer.inputs[0], np.array([], np.int64))
+    if dtype != np.int64:
+        n = b.cast(n, dtype)
     limit = b.op("Add", [n, np.array(start, dtype)])
     return out, b.op("Range", [np.array(start, dtype), limit, np.array(1, dtype)], dtype=dtype)
 

@@ -157,7 +157,7 @@ def _integer_range(b: Builder, node: gs.Node, ctx: Context) -> gs.Tensor:
 PASS = Pass(
     problem='Range with float inputs computed at runtime (INT32 only before 8.4), or foldable inputs',
     name="range-inputs",
-    order=30,
+    order=70,  # after the passes that may create Range (cumsum-decompose's arange_like)
     summary="Fold constant Range, make float shape-arithmetic Range integer, report data-dependent limits.",
     fixes=("range-input-types",),
     needed_by="all",
