@@ -91,9 +91,6 @@ class Pass:
     def versions(self) -> VersionRange:
         return VersionRange(self.needed_by)
 
-    def needed_for(self, trt: TrtVersion | str) -> bool:
-        return trt in self.versions
-
     def run_on_graph(self, graph: gs.Graph, trt: TrtVersion | None = None, force: bool = False) -> tuple[int, int, list[Finding]]:
         """Rewrite every matching node of ``graph`` and of its If/Loop/Scan bodies, in place.
 

@@ -11,7 +11,7 @@ message it will produce (from ``data/errors.json``) and the pass that fixes it, 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -91,11 +91,10 @@ def check_model(model: onnx.ModelProto, trt: str) -> CheckReport:
     folder = Folder(graph)
     origins = ValueOrigins(folder)
     ctx = Context(graph, Builder(graph, "check"), folder, release.version)
-    matchers = [(p, p.match) for p in passes.all_passes()]
     for g in all_graphs(graph):
         ctx.graph = g
         for node in list(g.nodes):
-            findings.extend(_node_findings(node, release, ctx, origins, matchers))
+            findings.extend(_node_findings(node, release, ctx, origins))
     findings.extend(_weight_type_notes(model, release))
     return CheckReport(trt, release.key, release.note, opset, findings)
 
@@ -123,8 +122,7 @@ def _opset_findings(opset: int, release: support.Release) -> Iterator[CheckFindi
         yield _finding(None, BLOCKING, f"model opset {opset} is older than TensorRT {release.key}'s parser supports (>= {lo}); re-export or convert with onnx.version_converter", None)
 
 
-def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins,
-                   matchers: list[tuple[passes.Pass, Callable]]) -> Iterator[CheckFinding]:
+def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:
     domain = node.domain or ""
     if domain not in ("", "ai.onnx"):
         yield _finding(node, BLOCKING, f"custom-domain op {domain}::{node.op} needs a TensorRT plugin library loaded at build time",
@@ -132,27 +130,26 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
         return
     entry = support.op_support(node.op, release)
     if entry is None or not entry.supported:
-        fixer = _fixing_pass(node, ctx, matchers, any_version=True)
+        fixer = _fixing_pass(node, ctx)
         yield _finding(node, BLOCKING, f"TensorRT {release.key}'s parser has no importer for {node.op}",
                        NOT_SUPPORTED_IDS.get(node.op, "unsupported-op-plugin-fallback-generic"), fixer)
         return
     claimed = False
-    for p, match in matchers:
-        if match(node, ctx):  # passes' matches are version-aware through ctx.trt
+    for p in passes.all_passes():
+        if p.match(node, ctx):  # passes' matches are version-aware through ctx.trt
             claimed = True
             yield _finding(node, BLOCKING, p.problem or p.summary, _error_id_for(p, release), p.name)
-    yield from _restriction_findings(node, release, ctx, claimed)
+    yield from _restriction_findings(node, release, ctx)
     yield from _shape_tensor_findings(node, origins)
     if not claimed:
         yield from _type_findings(node, entry, release)
 
 
-def _fixing_pass(node: gs.Node, ctx: Context, matchers: list[tuple[passes.Pass, Callable]], any_version: bool = False) -> str | None:
-    """A pass that rewrites this node (removing the op), regardless of the target's own gating."""
-    saved = ctx.trt
-    ctx.trt = None if any_version else saved
+def _fixing_pass(node: gs.Node, ctx: Context) -> str | None:
+    """A pass that rewrites this node away whatever the target (for ops the release lacks)."""
+    saved, ctx.trt = ctx.trt, None
     try:
-        return next((p.name for p, match in matchers if match(node, ctx)), None)
+        return next((p.name for p in passes.all_passes() if p.match(node, ctx)), None)
     finally:
         ctx.trt = saved
 
@@ -184,7 +181,7 @@ def _is_weights(t: gs.Tensor) -> bool:
     return not t.name or isinstance(t, gs.Constant) or bool(t.inputs) and t.inputs[0].op == "Constant"
 
 
-def _restriction_findings(node: gs.Node, release: support.Release, ctx: Context, claimed: bool) -> Iterator[CheckFinding]:
+def _restriction_findings(node: gs.Node, release: support.Release, ctx: Context) -> Iterator[CheckFinding]:
     """Restrictions no pass rewrites: inputs that must be initializers, modes, ranks."""
     v = release.version
     op = node.op
