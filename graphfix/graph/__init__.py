@@ -4,5 +4,9 @@ from graphfix.graph.build import Builder
 from graphfix.graph.convert import to_graph, to_model
 from graphfix.graph.fold import Folder
 from graphfix.graph.rewire import replace_tensor, static_shape, tensor_dtype
+from graphfix.graph.weights import is_empty, is_weights, optional_input
 
-__all__ = ["Builder", "Folder", "replace_tensor", "static_shape", "tensor_dtype", "to_graph", "to_model"]
+__all__ = [
+    "Builder", "Folder", "is_empty", "is_weights", "optional_input", "replace_tensor", "static_shape", "tensor_dtype",
+    "to_graph", "to_model",
+]

@@ -35,8 +35,12 @@ def replace_tensor(graph: gs.Graph, old: gs.Variable, new: gs.Tensor) -> None:
     """
     if new is old:
         return
+    from graphfix.graph.edits import note_replaced
+
     for node in list(old.inputs):
-        node.outputs[node.outputs.index(old)] = gs.Variable(f"{old.name}__replaced", dtype=old.dtype)
+        idx = node.outputs.index(old)
+        note_replaced(old, node, idx)
+        node.outputs[idx] = gs.Variable(f"{old.name}__replaced", dtype=old.dtype)
     producer = new.inputs[0] if isinstance(new, gs.Variable) and new.inputs else None
     if producer is None:
         graph.nodes.append(gs.Node("Identity", name=f"{old.name}/gf.Identity", inputs=[new], outputs=[old]))

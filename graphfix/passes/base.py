@@ -1,8 +1,19 @@
-"""What a pass is: a named rewrite of one TensorRT-rejected pattern, declared in one module.
+"""What a pass is: a named rewrite of TensorRT-rejected patterns, declared once in one module.
 
 A pass module defines ``PASS = Pass(...)``: its CLI/API/report name, its place in the pipeline,
-a one-line summary, the ids of the TensorRT errors it fixes (``graphfix/trt/data/errors.json``),
-the parser versions that need it, a cheap ``match`` predicate and the ``rewrite``.
+a one-line summary, the op types it looks at, its **rules** and its ``rewrite``.
+
+A :class:`Rule` is one reason a TensorRT release rejects (or miscomputes) a node: its kind (no
+importer, an input that must be weights, a type, an attribute/mode outside the release's limits,
+known wrong results), the releases it holds for, a predicate, the errors.json id of the message
+TensorRT prints, and the evidence it rests on. Everything else is derived from the rules, so it
+cannot disagree: ``match`` (a rule holds for the target), ``needed_by`` (the union of the rule
+ranges), ``fixes`` (their error ids), and `graphfix check`'s findings (the rule that holds).
+
+Contract checked on every run (see :meth:`Pass.run_on_graph` and ``graphfix.pipeline``):
+*requires* — the pass only sees nodes of its ``ops``; *ensures* — after the pass no node it
+matches is left except those it reported as findings (``Skip``), and the graph's input/output
+names, dtypes and shapes are unchanged. ``changed`` counts the edits actually made.
 """
 
 from __future__ import annotations
@@ -10,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import onnx
@@ -17,7 +29,16 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, Folder, to_graph, to_model
 from graphfix.graph.convert import all_graphs
+from graphfix.graph.edits import Edit, EditLog
 from graphfix.trt.versions import TrtVersion, VersionRange
+
+# Rule kinds: the specific thing a TensorRT release objects to.
+NO_IMPORTER = "no-importer"
+MUST_BE_WEIGHTS = "must-be-weights"
+TYPE = "unsupported-type"
+LIMIT = "outside-limits"
+WRONG_RESULTS = "wrong-results"
+KINDS = (NO_IMPORTER, MUST_BE_WEIGHTS, TYPE, LIMIT, WRONG_RESULTS)
 
 
 @dataclass
@@ -38,7 +59,11 @@ class Skip(Exception):  # noqa: N818 - a control-flow signal, not an error
 
 @dataclass
 class Context:
-    """What a rewrite gets besides the node: the graph, a builder, a folder and the user's target."""
+    """What a rewrite gets besides the node: the graph, a builder, a folder and the user's target.
+
+    ``trt`` None means "any release >= 7.0" (every rule counts); ``force`` makes the pass rewrite
+    every node its ``forced`` predicate accepts, whatever the target.
+    """
 
     graph: gs.Graph
     builder: Builder
@@ -52,7 +77,45 @@ class Context:
         return self.graph.opset
 
 
-@dataclass
+Predicate = Callable[[gs.Node, Context], bool]
+Rewrite = Callable[[gs.Node, Context], None]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One reason a TensorRT release rejects a node (or computes it wrongly)."""
+
+    kind: str
+    versions: str
+    message: str
+    when: Predicate | None = None
+    ops: frozenset[str] | None = None
+    error: str | None = None
+    #: Where this is known from: "operator table", "importer source", "changelog 10.0", an issue.
+    evidence: str = ""
+    #: False where the evidence is thin (the finding then says "uncertain").
+    certain: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"rule kind {self.kind!r} is not one of {KINDS}")
+
+    @cached_property
+    def range(self) -> VersionRange:
+        return VersionRange(self.versions)
+
+    def pattern(self, node: gs.Node, ctx: Context) -> bool:
+        """The node has this rule's pattern, whatever the release."""
+        return (self.ops is None or node.op in self.ops) and (self.when is None or self.when(node, ctx))
+
+    def holds(self, node: gs.Node, ctx: Context) -> bool:
+        """The node has the pattern and the target release (if any) is one this rule is about."""
+        if ctx.trt is not None and ctx.trt not in self.range:
+            return False
+        return self.pattern(node, ctx)
+
+
+@dataclass(frozen=True)
 class PassResult:
     model: onnx.ModelProto
     matched: int
@@ -61,14 +124,11 @@ class PassResult:
     nodes_before: int
     nodes_after: int
     seconds: float
+    edits: tuple[Edit, ...] = ()
 
     @property
     def changed(self) -> bool:
-        return self.rewritten > 0
-
-
-Match = Callable[[gs.Node, Context], bool]
-Rewrite = Callable[[gs.Node, Context], None]
+        return any(e.changed for e in self.edits) if self.edits else self.rewritten > 0
 
 
 @dataclass(frozen=True)
@@ -76,55 +136,106 @@ class Pass:
     name: str
     order: int
     summary: str
-    fixes: tuple[str, ...]
-    needed_by: str
-    match: Match
+    ops: frozenset[str]
+    rules: tuple[Rule, ...]
     rewrite: Rewrite
     doc: str = ""
-    #: Op types ``match`` can accept. When set, a model without any of them is skipped without
-    #: building a graph (most passes match nothing in most models; import/export is the cost).
-    ops: frozenset[str] | None = None
-    #: The rejected pattern in one line, as `graphfix check` words a finding.
-    problem: str = ""
+    #: What ``--force NAME`` rewrites (default: every node with any rule's pattern).
+    forced: Predicate | None = None
+
+    # ------------------------------------------------------------ declaration, derived
+    @cached_property
+    def versions(self) -> VersionRange:
+        """Union of the rule ranges: the releases that need this pass."""
+        specs = [r.versions.strip() for r in self.rules]
+        if any(s.lower() in ("", "all", "*") for s in specs):
+            return VersionRange("all")
+        return VersionRange(" || ".join(specs))
 
     @property
-    def versions(self) -> VersionRange:
-        return VersionRange(self.needed_by)
+    def needed_by(self) -> str:
+        from graphfix.trt.support import describe_range
 
-    def run_on_graph(self, graph: gs.Graph, trt: TrtVersion | None = None, force: bool = False) -> tuple[int, int, list[Finding]]:
+        return describe_range(self.versions)
+
+    @property
+    def fixes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.error for r in self.rules if r.error))
+
+    # ----------------------------------------------------------------- matching
+    def why(self, node: gs.Node, ctx: Context) -> Rule | None:
+        """The first rule that holds for this node and target, or None."""
+        if node.op not in self.ops:
+            return None
+        return next((r for r in self.rules if r.holds(node, ctx)), None)
+
+    def match(self, node: gs.Node, ctx: Context) -> bool:
+        if node.op not in self.ops:
+            return False
+        if ctx.force:
+            return self.forced(node, ctx) if self.forced is not None else any(r.pattern(node, ctx) for r in self.rules)
+        return self.why(node, ctx) is not None
+
+    def why_not(self, node: gs.Node, ctx: Context) -> str:
+        """Why ``match`` does not fire on ``node`` (for `graphfix explain --model`)."""
+        if node.op not in self.ops:
+            return f"{self.name} rewrites {', '.join(sorted(self.ops))}, not {node.op}"
+        target = f"TensorRT {ctx.trt}" if ctx.trt is not None else "any release"
+        reasons = []
+        for r in self.rules:
+            if not r.pattern(node, ctx):
+                reasons.append(f"not {r.message!r}")
+            elif ctx.trt is not None and ctx.trt not in r.range:
+                reasons.append(f"{r.message!r} only matters for TensorRT {r.versions}")
+        return f"{self.name} sees nothing {target} rejects here: " + "; ".join(reasons)
+
+    # ------------------------------------------------------------------ running
+    def run_on_graph(
+        self, graph: gs.Graph, trt: TrtVersion | None = None, force: bool = False, log: EditLog | None = None
+    ) -> tuple[int, int, list[Finding]]:
         """Rewrite every matching node of ``graph`` and of its If/Loop/Scan bodies, in place.
 
-        Returns (matched, rewritten, findings). Each node is visited once.
+        Returns (matched, rewritten, findings). Each node is visited once; every rewrite is
+        recorded in ``log`` (what it added and replaced) so it can be undone alone.
         """
-        matched, findings = 0, []
+        log = log if log is not None else EditLog()
+        matched, rewritten, findings = 0, 0, []
         shared: dict = {"n": 0, "taken": None, "root": graph}
         for g in list(all_graphs(graph)):
             g.opset = graph.opset
-            # force: match as if no target accepted anything (then each pass's own force rules)
             ctx = Context(g, Builder(g, self.name, shared), Folder(g), None if force else trt, force)
             candidates = [n for n in g.nodes if self.match(n, ctx)]
             matched += len(candidates)
             for node in candidates:
                 ctx.builder = Builder(g, node.name or node.op, shared)
+                edit = log.begin(self.name, node, g, graph)
                 try:
                     self.rewrite(node, ctx)
                 except Skip as why:
+                    log.abandon(edit)
                     findings.append(Finding(node.name, node.op, str(why)))
-        return matched, matched - len(findings), findings
+                    continue
+                except Exception:
+                    log.abandon(edit)
+                    raise
+                log.commit(edit)
+                rewritten += edit.changed
+        return matched, rewritten, findings
 
     def apply(self, model: onnx.ModelProto, trt: TrtVersion | str | None = None, force: bool = False) -> PassResult:
-        """Run this pass alone, unverified (the pipeline adds onnxruntime verification)."""
+        """Run this pass alone on a ModelProto, unverified (the pipeline adds verification)."""
         start = time.perf_counter()
-        if self.ops is not None and not _has_op(model.graph, self.ops):
+        if not _has_op(model.graph, self.ops):
             n = len(model.graph.node)
             return PassResult(model, 0, 0, [], n, n, time.perf_counter() - start)
         graph = to_graph(model)
         before = len(graph.nodes)
         version = TrtVersion(trt) if isinstance(trt, str) else trt
-        matched, rewritten, findings = self.run_on_graph(graph, version, force)
+        log = EditLog()
+        matched, rewritten, findings = self.run_on_graph(graph, version, force, log)
         out = to_model(graph, model) if rewritten else model
         after = len(graph.nodes) if rewritten else before
-        return PassResult(out, matched, rewritten, findings, before, after, time.perf_counter() - start)
+        return PassResult(out, matched, rewritten, findings, before, after, time.perf_counter() - start, tuple(log.edits))
 
     def __call__(self, model: onnx.ModelProto, **kw: Any) -> onnx.ModelProto:
         return self.apply(model, **kw).model

@@ -33,9 +33,8 @@ import math
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Builder, replace_tensor, tensor_dtype
-from graphfix.passes.base import Context, Pass, Skip
-from graphfix.trt.versions import TrtVersion
+from graphfix.graph import Builder, is_weights, replace_tensor, tensor_dtype
+from graphfix.passes.base import MUST_BE_WEIGHTS, NO_IMPORTER, TYPE, WRONG_RESULTS, Context, Pass, Rule, Skip
 
 #: Static lengths up to this use one triangular MatMul; longer ones are blocked by this size.
 BLOCK = 64
@@ -44,16 +43,13 @@ MAX_DYNAMIC_LENGTH = 1 << 20
 _INT_MAX = np.iinfo(np.int64).max
 
 
-def match(node: gs.Node, ctx: Context) -> bool:
-    if node.op != "CumSum":
-        return False
-    trt = ctx.trt
-    if trt is None or trt < TrtVersion("8.0") or trt >= TrtVersion("10.8"):
-        return True  # no importer before 8.0; wrong results from 10.8 (NVIDIA/TensorRT#4551, #4513)
-    axis = node.inputs[1]
-    weights = isinstance(axis, gs.Constant) or bool(axis.inputs) and axis.inputs[0].op == "Constant"
+def _computed_axis(node: gs.Node, ctx: Context) -> bool:
+    return not is_weights(node.inputs[1])
+
+
+def _not_float(node: gs.Node, ctx: Context) -> bool:
     dtype = tensor_dtype(node.inputs[0])
-    return not weights or dtype is None or dtype.kind != "f"
+    return dtype is None or dtype.kind != "f"
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -203,14 +199,19 @@ def _only_minus_one(t: gs.Variable, ctx: Context) -> gs.Node | None:
 
 
 PASS = Pass(
-    problem='CumSum (missing before 8.0, axis must be an initializer, wrong results with several/reverse CumSums from 10.8)',
     name="cumsum-decompose",
     order=60,
     summary="Rewrite CumSum into triangular MatMul / blocked MatMul / log-step Pad+Slice+Add (exact for ints).",
-    fixes=("cumsum-not-supported", "cumsum-axis-not-initializer"),
-    needed_by="<8.0 || >=10.8",
-    match=match,
+    ops=frozenset({"CumSum"}),
+    rules=(
+        Rule(NO_IMPORTER, "<8.0", "no CumSum importer", error="cumsum-not-supported", evidence="operator table"),
+        Rule(MUST_BE_WEIGHTS, ">=8.0,<10.8", "axis must be an initializer", _computed_axis, error="cumsum-axis-not-initializer",
+             evidence="operator table (8.0-10.6 restriction)"),
+        Rule(TYPE, ">=8.0,<10.8", "CumSum on a non-float type (FP32/FP16 only)", _not_float, error="cumsum-not-supported",
+             evidence="operator table types"),
+        Rule(WRONG_RESULTS, ">=10.8", "wrong results with several CumSums or reverse", error="cumsum-not-supported",
+             evidence="NVIDIA/TensorRT#4551, #4513"),
+    ),
     rewrite=rewrite,
     doc=__doc__ or "",
-    ops=frozenset({"CumSum"}),
 )

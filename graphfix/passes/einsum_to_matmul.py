@@ -30,37 +30,37 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
-from graphfix.passes.base import Context, Pass, Skip
-from graphfix.trt.versions import TrtVersion
+from graphfix.passes.base import LIMIT, NO_IMPORTER, TYPE, Context, Pass, Rule, Skip
 
 #: Size assumed for a dynamic dim when ordering contractions (only affects the order).
 _DYNAMIC_GUESS = 64
 
 
-def match(node: gs.Node, ctx: Context) -> bool:
-    if node.op != "Einsum":
-        return False
-    return ctx.trt is None or not _trt_accepts(node, ctx.trt)
-
-
-def _trt_accepts(node: gs.Node, trt: TrtVersion) -> bool:
-    """Does this release's Einsum importer take the equation (PARSER_NOTES "Einsum")?"""
-    if trt < TrtVersion("8.2"):
-        return False
+def _not_float(node: gs.Node, ctx: Context) -> bool:
     dtype = tensor_dtype(node.inputs[0]) if node.inputs else None
-    if dtype is None or dtype.kind != "f":
-        return False  # FP32/FP16 only
-    eq = node.attrs.get("equation", "").replace(" ", "")
-    lhs = eq.partition("->")[0]
-    terms = lhs.split(",")
-    if trt < TrtVersion("10.12"):
-        if any(c.isupper() for c in eq):
-            return False
-        if any(len(set(t.replace("...", ""))) != len(t.replace("...", "")) for t in terms):
-            return False  # diagonal
-        if _broadcasts(node):
-            return False
-    return trt >= TrtVersion("9.0") or ("..." not in eq and len(terms) <= 2)
+    return dtype is None or dtype.kind != "f"
+
+
+def _equation(node: gs.Node) -> str:
+    return node.attrs.get("equation", "").replace(" ", "")
+
+
+def _upper(node: gs.Node, ctx: Context) -> bool:
+    return any(c.isupper() for c in _equation(node))
+
+
+def _diagonal(node: gs.Node, ctx: Context) -> bool:
+    terms = _equation(node).partition("->")[0].split(",")
+    return any(len(set(t.replace("...", ""))) != len(t.replace("...", "")) for t in terms)
+
+
+def _broadcast(node: gs.Node, ctx: Context) -> bool:
+    return _broadcasts(node)
+
+
+def _ellipsis_or_many(node: gs.Node, ctx: Context) -> bool:
+    eq = _equation(node)
+    return "..." in eq or len(eq.partition("->")[0].split(",")) > 2
 
 
 def _broadcasts(node: gs.Node) -> bool:
@@ -352,14 +352,23 @@ def _merge(b: Builder, op: Operand, nb: int, groups: list[int]) -> gs.Tensor:
 
 
 PASS = Pass(
-    problem="Einsum equation this release's importer rejects (no Einsum, ellipsis, diagonal, broadcasting, upper case, >2 operands or integer type)",
     name="einsum-to-matmul",
     order=50,
     summary="Rewrite Einsum into MatMul/Transpose/Reshape/ReduceSum/Mul (any equation; exact for ints).",
-    fixes=("einsum-not-supported", "einsum-unsupported-equation"),
-    needed_by="all",
-    match=match,
+    ops=frozenset({"Einsum"}),
+    rules=(
+        Rule(NO_IMPORTER, "<8.2", "no Einsum importer", error="einsum-not-supported", evidence="operator table"),
+        Rule(TYPE, ">=8.2", "integer Einsum (FP32/FP16 only)", _not_float, error="einsum-unsupported-equation",
+             evidence="operator table types"),
+        Rule(LIMIT, ">=8.2,<10.12", "upper-case labels in the equation", _upper, error="einsum-unsupported-equation",
+             evidence="importer source (lower-case only)"),
+        Rule(LIMIT, ">=8.2,<10.12", "a diagonal (label repeated in one operand)", _diagonal, error="einsum-unsupported-equation",
+             evidence="operator table restrictions; changelog 10.12"),
+        Rule(LIMIT, ">=8.2,<10.12", "broadcasting between operands", _broadcast, error="einsum-unsupported-equation",
+             evidence="operator table restrictions; changelog 10.12"),
+        Rule(LIMIT, ">=8.2,<9.0", "ellipsis or more than two operands", _ellipsis_or_many, error="einsum-unsupported-equation",
+             evidence="operator table restrictions 8.x"),
+    ),
     rewrite=rewrite,
     doc=__doc__ or "",
-    ops=frozenset({"Einsum"}),
 )

@@ -16,18 +16,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import replace_tensor, tensor_dtype
-from graphfix.passes.base import Context, Pass
-from graphfix.trt.versions import TrtVersion
-
-_LOWERED_SINCE = TrtVersion("8.2")
-
-
-def _is_weights(t: gs.Tensor) -> bool:
-    """What TensorRT's importer treats as weights: an initializer or a Constant node's output."""
-    if isinstance(t, gs.Constant):
-        return True
-    return bool(t.inputs) and t.inputs[0].op == "Constant"
+from graphfix.graph import is_weights, replace_tensor, tensor_dtype
+from graphfix.passes.base import MUST_BE_WEIGHTS, TYPE, Context, Pass, Rule
 
 
 def _is_integer(t: gs.Tensor) -> bool:
@@ -35,12 +25,13 @@ def _is_integer(t: gs.Tensor) -> bool:
     return dtype is not None and dtype.kind in "iu"
 
 
-def match(node: gs.Node, ctx: Context) -> bool:
-    if node.op != "Clip" or ctx.opset < 11 or len(node.inputs) < 2:
-        return False
-    if ctx.trt is not None and ctx.trt >= _LOWERED_SINCE:
-        return False  # 8.2+ lowers computed bounds and INT32 input to elementwise max/min itself
-    return _is_integer(node.inputs[0]) or not all(b.name and _is_weights(b) for b in node.inputs[1:])
+def _computed_bounds(node: gs.Node, ctx: Context) -> bool:
+    """A bound that is not weights; an empty optional bound crashes the 7.x importer too."""
+    return ctx.opset >= 11 and len(node.inputs) >= 2 and not all(is_weights(b, empty=False) for b in node.inputs[1:])
+
+
+def _integer_clip(node: gs.Node, ctx: Context) -> bool:
+    return ctx.opset >= 11 and len(node.inputs) >= 2 and _is_integer(node.inputs[0])
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -73,14 +64,17 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 
 PASS = Pass(
-    problem='Clip bound computed in the graph (not an initializer), or integer Clip',
     name="fold-clip",
     order=10,
     summary="Fold Clip min/max into initializers; lower computed or integer Clip to Max/Min.",
-    fixes=("clip-bound-not-initializer",),
-    needed_by=">=7.0,<8.2",
-    match=match,
+    ops=frozenset({"Clip"}),
+    rules=(
+        # 8.2+ lowers computed bounds and INT32 input to elementwise max/min itself (onnx-tensorrt#721)
+        Rule(MUST_BE_WEIGHTS, ">=7.0,<8.2", "Clip min/max must be an initializer (computed or empty bound)",
+             _computed_bounds, error="clip-bound-not-initializer", evidence="importer source; onnx-tensorrt#586, #721"),
+        Rule(TYPE, ">=7.0,<8.2", "integer Clip (the activation layer is float-only)", _integer_clip,
+             error="clip-bound-not-initializer", evidence="operator table (FP32/FP16/INT8 only)"),
+    ),
     rewrite=rewrite,
     doc=__doc__ or "",
-    ops=frozenset({"Clip"}),
 )

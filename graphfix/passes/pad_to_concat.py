@@ -23,19 +23,14 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Builder, replace_tensor, tensor_dtype
-from graphfix.passes.base import Context, Pass, Skip
-from graphfix.trt.versions import TrtVersion
+from graphfix.graph import Builder, is_weights, optional_input, replace_tensor, tensor_dtype
+from graphfix.passes.base import LIMIT, MUST_BE_WEIGHTS, Context, Pass, Rule, Skip
 
 _INT_MAX = np.iinfo(np.int64).max
 
 
-def _is_weights(t: gs.Tensor | None) -> bool:
-    return t is None or not t.name or isinstance(t, gs.Constant) or bool(t.inputs) and t.inputs[0].op == "Constant"
-
-
 def _optional(node: gs.Node, k: int) -> gs.Tensor | None:
-    return node.inputs[k] if len(node.inputs) > k and node.inputs[k].name else None
+    return optional_input(node, k)
 
 
 def _spec(node: gs.Node, ctx: Context) -> tuple[str, np.ndarray | None, np.ndarray | None, list[int] | None]:
@@ -56,30 +51,36 @@ def _spec(node: gs.Node, ctx: Context) -> tuple[str, np.ndarray | None, np.ndarr
     return mode, None if pads is None else pads.astype(np.int64).reshape(-1), value, axes
 
 
-def _rejected(node: gs.Node, ctx: Context) -> bool:
-    """Does the target parser (or, without a target, any parser >= 7.0) reject this Pad?"""
-    mode, pads, value, axes = _spec(node, ctx)
+def _has_axes(node: gs.Node, ctx: Context) -> bool:
+    return ctx.opset >= 18 and _optional(node, 3) is not None
+
+
+def _wrap(node: gs.Node, ctx: Context) -> bool:
+    return node.attrs.get("mode", "constant") == "wrap"
+
+
+def _computed_axes(node: gs.Node, ctx: Context) -> bool:
+    return _has_axes(node, ctx) and not is_weights(_optional(node, 3))
+
+
+def _not_zero_constant(node: gs.Node, ctx: Context) -> bool:
+    mode, _, value, _ = _spec(node, ctx)
+    return mode != "constant" or value is None or bool(np.any(value != 0))
+
+
+def _computed_pads(node: gs.Node, ctx: Context) -> bool:
+    return ctx.opset >= 11 and not (is_weights(node.inputs[1]) and is_weights(_optional(node, 2)))
+
+
+def _outer_or_negative(node: gs.Node, ctx: Context) -> bool:
+    """Padding of an axis before the last two, negative pads, or pads/rank not known."""
+    _, pads, _, axes = _spec(node, ctx)
     rank = len(node.inputs[0].shape) if node.inputs[0].shape is not None else None
-    has_axes = ctx.opset >= 18 and _optional(node, 3) is not None
-    trt = ctx.trt
-    if trt is not None and trt >= TrtVersion("8.2"):
-        if mode == "wrap" and trt < TrtVersion("10.0"):
-            return True
-        if has_axes and (trt < TrtVersion("10.0") or trt < TrtVersion("10.4") and not _is_weights(_optional(node, 3))):
-            return True
-        return trt < TrtVersion("8.2")
-    # 7.x / 8.0 (and the conservative default): zeros on the last two axes, initializer pads only
-    if mode != "constant" or has_axes or value is None or np.any(value != 0) or pads is None or axes is None:
-        return True
-    if ctx.opset >= 11 and not (_is_weights(node.inputs[1]) and _is_weights(_optional(node, 2))):
+    if pads is None or axes is None or rank is None:
         return True
     n = len(axes)
     padded = {axes[k] for k in range(n) if pads[k] != 0 or pads[n + k] != 0}
-    return rank is None or any(a < rank - 2 for a in padded) or bool(np.any(pads < 0))
-
-
-def match(node: gs.Node, ctx: Context) -> bool:
-    return node.op == "Pad" and (ctx.force or _rejected(node, ctx))
+    return any(a < rank - 2 for a in padded) or bool(np.any(pads < 0))
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -159,14 +160,24 @@ def _shape_of(b: Builder, y: gs.Tensor, target: list, axis: int, p: int) -> gs.T
 
 
 PASS = Pass(
-    problem='Pad this release rejects (mode, non-zero value, padded axes, computed pads or axes input)',
     name="pad-to-concat",
     order=40,
     summary="Rewrite Pad (non-zero value, reflect/edge/wrap, N-D, negative, axes input) into Slice/Concat/Expand.",
-    fixes=("pad-non-zero-or-non-constant-mode", "pad-pads-not-initializer", "pad-non-spatial-axes", "pad-shape-tensor-2d-reshape"),
-    needed_by="<10.4",
-    match=match,
+    ops=frozenset({"Pad"}),
+    rules=(
+        Rule(LIMIT, "<8.2", "Pad other than constant zeros", _not_zero_constant, error="pad-non-zero-or-non-constant-mode",
+             evidence="importer source (7.x/8.0: constant 0 only)"),
+        Rule(MUST_BE_WEIGHTS, "<8.2", "pads/constant_value must be initializers", _computed_pads, error="pad-pads-not-initializer",
+             evidence="importer source 8.0"),
+        Rule(LIMIT, "<8.2", "padding of an axis before the last two, or negative pads", _outer_or_negative,
+             error="pad-non-spatial-axes", evidence="importer source 7.x/8.0"),
+        Rule(LIMIT, "<10.0", "mode 'wrap' (opset 19)", _wrap, error="pad-non-zero-or-non-constant-mode", evidence="operator table (wrap from 10.0)"),
+        Rule(LIMIT, "<10.0", "the opset-18 axes input", _has_axes, error="pad-non-zero-or-non-constant-mode",
+             evidence="importer source (rejected 8.6-9.3)"),
+        Rule(MUST_BE_WEIGHTS, "<10.4", "the axes input must be an initializer", _computed_axes, error="pad-pads-not-initializer",
+             evidence="operator table 10.0-10.3"),
+    ),
     rewrite=rewrite,
     doc=__doc__ or "",
-    ops=frozenset({"Pad"}),
+    forced=lambda node, ctx: True,  # --force rewrites every Pad, zero padding of the last two axes too
 )

@@ -23,26 +23,22 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Builder, replace_tensor, tensor_dtype
+from graphfix.graph import Builder, is_weights, replace_tensor, tensor_dtype
 from graphfix.graph.origin import DATA, SHAPE, Origin, ValueOrigins
-from graphfix.passes.base import Context, Pass, Skip
-from graphfix.trt.versions import TrtVersion
+from graphfix.passes.base import TYPE, Context, Pass, Rule, Skip
 
 #: Range outputs up to this many elements are folded whole; bigger ones keep a Range node.
 MAX_FOLDED_ELEMENTS = 1 << 16
 
 
-def match(node: gs.Node, ctx: Context) -> bool:
-    if node.op != "Range":
-        return False
+def _float_runtime(node: gs.Node, ctx: Context) -> bool:
     plan = _plan(node, ctx)
-    if plan is None or ctx.trt is None:
-        return plan is not None
-    if plan[0] == "data":
-        return False  # no rewrite exists; `graphfix check` reports it as a shape-tensor finding
-    # a target accepts computed integer Range, and float Range with runtime inputs from 8.4
     dtype = tensor_dtype(node.outputs[0])
-    return dtype is not None and dtype.kind == "f" and (ctx.trt < TrtVersion("8.4") or dtype != np.float32)
+    return plan is not None and plan[0] != "data" and dtype is not None and dtype.kind == "f"
+
+
+def _non_fp32_runtime(node: gs.Node, ctx: Context) -> bool:
+    return _float_runtime(node, ctx) and tensor_dtype(node.outputs[0]) != np.float32
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -65,7 +61,7 @@ def _plan(node: gs.Node, ctx: Context) -> tuple[str, str] | None:
 
 
 def _classify(node: gs.Node, ctx: Context) -> tuple[str, str] | None:
-    if all(isinstance(t, gs.Constant) or (t.inputs and t.inputs[0].op == "Constant") for t in node.inputs):
+    if all(is_weights(t) for t in node.inputs):
         return None
     if all(ctx.folder.value(t) is not None for t in node.inputs):
         return ("fold", "")
@@ -155,14 +151,16 @@ def _integer_range(b: Builder, node: gs.Node, ctx: Context) -> gs.Tensor:
 
 
 PASS = Pass(
-    problem='Range with float inputs computed at runtime (INT32 only before 8.4), or foldable inputs',
     name="range-inputs",
     order=70,  # after the passes that may create Range (cumsum-decompose's arange_like)
     summary="Fold constant Range, make float shape-arithmetic Range integer, report data-dependent limits.",
-    fixes=("range-input-types",),
-    needed_by="all",
-    match=match,
+    ops=frozenset({"Range"}),
+    rules=(
+        Rule(TYPE, "<8.4", "float Range with inputs computed at runtime (INT32 only before 8.4)", _float_runtime,
+             error="range-input-types", evidence="importer source 8.0-8.2"),
+        Rule(TYPE, ">=8.4", "Range of a float type other than FP32 with runtime inputs", _non_fp32_runtime,
+             error="range-input-types", evidence="operator table types"),
+    ),
     rewrite=rewrite,
     doc=__doc__ or "",
-    ops=frozenset({"Range"}),
 )

@@ -26,7 +26,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
-from graphfix.passes.base import Context, Pass, Skip
+from graphfix.passes.base import LIMIT, TYPE, WRONG_RESULTS, Context, Pass, Rule, Skip
 from graphfix.trt.versions import TrtVersion
 
 _BASE_TYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int32)}
@@ -42,18 +42,21 @@ def supported_types(trt: TrtVersion | None) -> set[np.dtype]:
     return _BASE_TYPES
 
 
-def match(node: gs.Node, ctx: Context) -> bool:
-    if node.op != "ScatterND":
-        return False
+def _odd_type(node: gs.Node, ctx: Context) -> bool:
     dtype = tensor_dtype(node.inputs[0])
-    if dtype is not None and dtype not in supported_types(ctx.trt):
-        return True
-    reduction = node.attrs.get("reduction")
-    if reduction is None:
-        return False
-    if reduction == "none" and ctx.trt is not None:
-        return TrtVersion("10.0") <= ctx.trt < TrtVersion("10.9")  # only those reject an explicit "none"
-    return True
+    return dtype is not None and dtype not in _BASE_TYPES | {np.dtype(np.int64)}
+
+
+def _int64(node: gs.Node, ctx: Context) -> bool:
+    return tensor_dtype(node.inputs[0]) == np.int64
+
+
+def _reduction(node: gs.Node, ctx: Context) -> bool:
+    return node.attrs.get("reduction", "none") != "none"
+
+
+def _explicit_none(node: gs.Node, ctx: Context) -> bool:
+    return node.attrs.get("reduction") == "none"
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -109,14 +112,22 @@ def _reduced_updates(b: Builder, node: gs.Node, ctx: Context) -> tuple[gs.Tensor
 
 
 PASS = Pass(
-    problem="ScatterND data type this release's ScatterND does not take, or a reduction attribute (ignored before 10, rejected after)",
     name="scatternd-cast",
     order=20,
     summary="Cast ScatterND data/updates to a type TensorRT takes; rewrite or report the reduction attribute.",
-    fixes=("scatter-updates-dtype-mismatch", "scatternd-reduction-attribute"),
-    needed_by=">=8.2",
-    match=match,
+    ops=frozenset({"ScatterND"}),
+    rules=(
+        Rule(TYPE, ">=8.2", "ScatterND data of a type TensorRT's scatter layer does not take (BOOL, INT8, DOUBLE, ...)", _odd_type,
+             error="scatter-updates-dtype-mismatch", evidence="operator table types"),
+        Rule(TYPE, ">=8.2,<9.0", "INT64 ScatterND data (INT64 from 9.0)", _int64, error="scatter-updates-dtype-mismatch",
+             evidence="operator table types"),
+        Rule(WRONG_RESULTS, ">=8.2,<10.0", "reduction attribute silently ignored (plain overwrite)", _reduction,
+             error="scatternd-reduction-attribute", evidence="importer source 8.2/8.6/9.3"),
+        Rule(LIMIT, ">=10.0", "reduction attribute rejected", _reduction, error="scatternd-reduction-attribute",
+             evidence="importer source 10.1"),
+        Rule(LIMIT, ">=10.0,<10.9", "an explicit reduction='none' is rejected too", _explicit_none,
+             error="scatternd-reduction-attribute", evidence="importer source 10.1"),
+    ),
     rewrite=rewrite,
     doc=__doc__ or "",
-    ops=frozenset({"ScatterND"}),
 )

@@ -10,7 +10,6 @@ message it will produce (from ``data/errors.json``) and the pass that fixes it, 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -19,13 +18,13 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphfix import passes
-from graphfix.graph import Builder, Folder, tensor_dtype, to_graph
+from graphfix.graph import Builder, Folder, is_weights, tensor_dtype, to_graph
 from graphfix.graph.convert import all_graphs
 from graphfix.graph.origin import DATA, ValueOrigins
 from graphfix.model_io import default_opset
 from graphfix.passes.base import Context
 from graphfix.trt import support
-from graphfix.trt.versions import TrtVersion, VersionRange
+from graphfix.trt.versions import TrtVersion
 
 BLOCKING, WARNING = "blocking", "warning"
 
@@ -58,6 +57,11 @@ class CheckFinding:
     error_text: str | None = None
     fix_pass: str | None = None
     path: list[str] = field(default_factory=list)
+    #: The rule broken: no-importer / must-be-weights / unsupported-type / outside-limits / wrong-results / shape-tensor / opset.
+    rule: str = ""
+    #: What the finding rests on (operator table, importer source, changelog, issue report).
+    evidence: str = ""
+    certain: bool = True
 
     @property
     def remedy(self) -> str:
@@ -107,19 +111,25 @@ def passes_for(report: CheckReport) -> list[str]:
 
 # ---------------------------------------------------------------- findings
 def _finding(node: gs.Node | None, severity: str, message: str, error_id: str | None, fix_pass: str | None = None,
-             path: list[str] | None = None, prefer: str | None = None) -> CheckFinding:
+             path: list[str] | None = None, prefer: str | None = None, rule: str = "", evidence: str = "",
+             certain: bool = True) -> CheckFinding:
     entry = support.error(error_id) if error_id else None
     examples = entry.get("examples", []) if entry else []
     text = next((e for e in examples if prefer and prefer in e), examples[0] if examples else None)
-    return CheckFinding(node.name if node else "", node.op if node else "", severity, message, error_id, text, fix_pass, path or [])
+    return CheckFinding(node.name if node else "", node.op if node else "", severity, message, error_id, text, fix_pass,
+                        path or [], rule, evidence, certain)
 
 
 def _opset_findings(opset: int, release: support.Release) -> Iterator[CheckFinding]:
+    """The parser only logs a warning for a newer opset (importers read the attributes they know)."""
     lo, hi = support.opset_range(release)
     if hi is not None and opset > hi:
-        yield _finding(None, BLOCKING, f"model opset {opset} is newer than TensorRT {release.key}'s parser supports (<= {hi}); re-export with opset_version={hi}", None)
+        yield _finding(None, WARNING, f"model opset {opset} is newer than TensorRT {release.key}'s parser documents (<= {hi}); "
+                       "the parser warns and imports what it knows, so only the node findings below block", None,
+                       rule="opset", evidence="parser source (opset check is a warning)")
     if lo is not None and opset < lo:
-        yield _finding(None, BLOCKING, f"model opset {opset} is older than TensorRT {release.key}'s parser supports (>= {lo}); re-export or convert with onnx.version_converter", None)
+        yield _finding(None, BLOCKING, f"model opset {opset} is older than TensorRT {release.key}'s parser supports (>= {lo}); re-export or convert with onnx.version_converter", None,
+                       rule="opset", evidence="operator table")
 
 
 def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:
@@ -131,17 +141,22 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
     entry = support.op_support(node.op, release)
     if entry is None or not entry.supported:
         fixer = _fixing_pass(node, ctx)
+        source = "importer source" if entry is not None else "operator table (op not listed for this release)"
         yield _finding(node, BLOCKING, f"TensorRT {release.key}'s parser has no importer for {node.op}",
-                       NOT_SUPPORTED_IDS.get(node.op, "unsupported-op-plugin-fallback-generic"), fixer)
+                       NOT_SUPPORTED_IDS.get(node.op, "unsupported-op-plugin-fallback-generic"), fixer,
+                       rule="no-importer", evidence=source)
         return
     claimed = False
     for p in passes.all_passes():
-        if p.match(node, ctx):  # passes' matches are version-aware through ctx.trt
+        rule = p.why(node, ctx)  # the rule of this pass that holds for this release, if any
+        if rule is not None:
             claimed = True
-            yield _finding(node, BLOCKING, p.problem or p.summary, _error_id_for(p, release), p.name)
+            message = rule.message + ("" if rule.certain else " (uncertain: thin evidence)")
+            yield _finding(node, BLOCKING if rule.certain else WARNING, message, rule.error, p.name,
+                           rule=rule.kind, evidence=rule.evidence, certain=rule.certain)
     yield from _restriction_findings(node, release, ctx)
-    yield from _shape_tensor_findings(node, origins)
     if not claimed:
+        yield from _shape_tensor_findings(node, origins)
         yield from _type_findings(node, entry, release)
 
 
@@ -154,50 +169,23 @@ def _fixing_pass(node: gs.Node, ctx: Context) -> str | None:
         ctx.trt = saved
 
 
-def _error_id_for(p: passes.Pass, release: support.Release) -> str | None:
-    """The first error the pass fixes whose version window contains the release."""
-    for error_id in p.fixes:
-        entry = support.error(error_id)
-        if entry is None or any(_window_contains(w, release.version) for w in entry["trt_versions"]):
-            return error_id
-    return p.fixes[0] if p.fixes else None
-
-
-def _window_contains(window: str, version: TrtVersion) -> bool:
-    """errors.json windows read like '>=7.0,<8.2' or '>=8.2 (invalid labels); 8.2-9.x (...)'."""
-    for part in window.split(";"):
-        spec = re.match(r"\s*([<>=!][<>=!0-9., ]*)", part)
-        if spec is None:
-            continue
-        try:
-            if version in VersionRange(spec.group(1).strip().rstrip(",")):
-                return True
-        except ValueError:
-            return True
-    return False
-
-
-def _is_weights(t: gs.Tensor) -> bool:
-    return not t.name or isinstance(t, gs.Constant) or bool(t.inputs) and t.inputs[0].op == "Constant"
-
-
 def _restriction_findings(node: gs.Node, release: support.Release, ctx: Context) -> Iterator[CheckFinding]:
     """Restrictions no pass rewrites: inputs that must be initializers, modes, ranks."""
     v = release.version
     op = node.op
-    if op == "TopK" and len(node.inputs) > 1 and not _is_weights(node.inputs[1]) and v < TrtVersion("8.6"):
+    if op == "TopK" and len(node.inputs) > 1 and not is_weights(node.inputs[1]) and v < TrtVersion("8.6"):
         yield _finding(node, BLOCKING, "K must be an initializer before TensorRT 8.6 (constant-fold it upstream)", "topk-k-not-initializer")
     if op in ("Resize", "Upsample") and v < TrtVersion("8.4"):
         scales = node.inputs[2] if op == "Resize" and len(node.inputs) > 2 else node.inputs[1] if op == "Upsample" and len(node.inputs) > 1 else None
         sizes = node.inputs[3] if op == "Resize" and len(node.inputs) > 3 else None
-        if scales is not None and scales.name and not _is_weights(scales) and (sizes is None or not sizes.name):
+        if scales is not None and scales.name and not is_weights(scales) and (sizes is None or not sizes.name):
             yield _finding(node, BLOCKING, "scales must be an initializer before TensorRT 8.4", "resize-upsample-scales-not-constant")
-    if op in ("Squeeze", "Unsqueeze") and ctx.opset >= 13 and len(node.inputs) > 1 and not _is_weights(node.inputs[1]) and v < TrtVersion("10.7"):
+    if op in ("Squeeze", "Unsqueeze") and ctx.opset >= 13 and len(node.inputs) > 1 and not is_weights(node.inputs[1]) and v < TrtVersion("10.7"):
         yield _finding(node, BLOCKING, "axes must be an initializer (TensorRT <= 10.6)", None)
     if op == "Squeeze" and len(node.inputs) == 1 and "axes" not in node.attrs and node.inputs[0].shape is not None \
             and any(not isinstance(d, int) for d in node.inputs[0].shape):
         yield _finding(node, BLOCKING, "Squeeze without axes on a dynamic shape", "squeeze-without-axes-dynamic")
-    if op == "Slice" and ctx.opset >= 10 and len(node.inputs) > 3 and node.inputs[3].name and not _is_weights(node.inputs[3]) \
+    if op == "Slice" and ctx.opset >= 10 and len(node.inputs) > 3 and node.inputs[3].name and not is_weights(node.inputs[3]) \
             and v < TrtVersion("10.3"):
         yield _finding(node, BLOCKING, "Slice axes must be an initializer before TensorRT 10.3", "slice-dynamic-axes")
     if op == "GridSample":

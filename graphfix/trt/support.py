@@ -14,7 +14,7 @@ from importlib import resources
 from typing import Any
 
 from graphfix.errors import GraphfixError
-from graphfix.trt.versions import TrtVersion
+from graphfix.trt.versions import TrtVersion, VersionRange
 
 
 @cache
@@ -29,6 +29,29 @@ def errors() -> list[dict[str, Any]]:
 
 def versions() -> list[str]:
     return list(data()["version_order"])
+
+
+def describe_range(rng: VersionRange) -> str:
+    """A version range in the words of the documented releases: ``<8.6``, ``>=8.2,<10.0 || >=10.8``, ``all``."""
+    order = [v for v in versions() if "-" not in v]
+    inside = [TrtVersion(v) in rng for v in order]
+    if all(inside):
+        return "all"
+    if not any(inside):
+        return "none"
+    parts, k = [], 0
+    while k < len(order):
+        if not inside[k]:
+            k += 1
+            continue
+        j = k
+        while j + 1 < len(order) and inside[j + 1]:
+            j += 1
+        lo = "" if k == 0 else f">={order[k]}"
+        hi = "" if j == len(order) - 1 else f"<{order[j + 1]}"
+        parts.append(",".join(p for p in (lo, hi) if p))
+        k = j + 1
+    return " || ".join(parts)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,108 @@
+"""A log of every rewrite a pass makes, so each one can be verified and undone on its own.
+
+Passes edit one shared onnx-graphsurgeon graph. Before a matched node is rewritten the log
+snapshots it (op, inputs, outputs, attributes); while it is rewritten it records the nodes the
+rewrite appends and every tensor whose producer :func:`graphfix.graph.replace_tensor` moves.
+That is enough to undo one rewrite without copying the graph (or its weights), and to know which
+nodes and tensors a rewrite's region is made of (node-level verification and rollback).
+New nodes' output types and shapes are inferred right away, node by node, so later passes see
+dtypes without a whole-model shape inference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import onnx_graphsurgeon as gs
+
+from graphfix.graph.infer import infer_nodes
+
+_active: list[Edit] = []
+
+
+@dataclass(eq=False)
+class Edit:
+    """One rewrite of one matched node."""
+
+    pass_name: str
+    node: gs.Node
+    graph: gs.Graph
+    root: gs.Graph
+    start: int
+    saved: tuple
+    added: list[gs.Node] = field(default_factory=list)
+    replaced: list[tuple[gs.Variable, gs.Node, int]] = field(default_factory=list)
+    changed: bool = False
+    undone: bool = False
+
+    @property
+    def in_subgraph(self) -> bool:
+        return self.graph is not self.root
+
+    def undo(self) -> None:
+        """Put the graph back as it was before this rewrite (the added nodes are disconnected)."""
+        if self.undone:
+            return
+        for n in self.added:
+            n.inputs.clear()
+            n.outputs.clear()
+        gone = {id(n) for n in self.added}
+        if gone:
+            self.graph.nodes[:] = [n for n in self.graph.nodes if id(n) not in gone]
+        for tensor, producer, idx in reversed(self.replaced):
+            if idx < len(producer.outputs):
+                producer.outputs[idx] = tensor
+        op, inputs, outputs, attrs = self.saved
+        node = self.node
+        node.op = op
+        if list(node.inputs) != inputs:
+            node.inputs.clear()
+            node.inputs.extend(inputs)
+        if list(node.outputs) != outputs:
+            node.outputs.clear()
+            node.outputs.extend(outputs)
+        node.attrs.clear()
+        node.attrs.update(attrs)
+        self.undone = True
+
+
+class EditLog:
+    """Every edit of a run, in order."""
+
+    def __init__(self) -> None:
+        self.edits: list[Edit] = []
+
+    def begin(self, pass_name: str, node: gs.Node, graph: gs.Graph, root: gs.Graph) -> Edit:
+        saved = (node.op, list(node.inputs), list(node.outputs), dict(node.attrs))
+        edit = Edit(pass_name, node, graph, root, len(graph.nodes), saved)
+        _active.append(edit)
+        return edit
+
+    def _end(self, edit: Edit) -> None:
+        if _active and _active[-1] is edit:
+            _active.pop()
+        edit.added = list(edit.graph.nodes[edit.start :])
+
+    def commit(self, edit: Edit) -> None:
+        self._end(edit)
+        op, inputs, outputs, attrs = edit.saved
+        node = edit.node
+        edit.changed = bool(
+            edit.added or edit.replaced or node.op != op or list(node.inputs) != inputs
+            or list(node.outputs) != outputs or attrs.keys() != node.attrs.keys()
+            or any(attrs[k] is not node.attrs[k] for k in attrs)
+        )
+        if edit.changed:
+            infer_nodes(edit.added, edit.root.opset)
+            self.edits.append(edit)
+
+    def abandon(self, edit: Edit) -> None:
+        """A rewrite that raised (``Skip`` or a bug): undo whatever it had done."""
+        self._end(edit)
+        edit.undo()
+
+
+def note_replaced(tensor: gs.Variable, producer: gs.Node, idx: int) -> None:
+    """Called by replace_tensor before it moves ``tensor`` away from ``producer``."""
+    if _active:
+        _active[-1].replaced.append((tensor, producer, idx))
