@@ -56,6 +56,18 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def parse_shape_sets(items: list[str] | None) -> list[dict[str, tuple[int, ...]]]:
+    """Repeated ``--input-shapes``: an occurrence that names an input again starts another shape set
+    (each set is verified); occurrences naming different inputs add to the same set."""
+    sets: list[dict[str, tuple[int, ...]]] = []
+    for item in items or []:
+        shapes = parse_input_shapes([item])
+        if not sets or set(shapes) & set(sets[-1]):
+            sets.append({})
+        sets[-1].update(shapes)
+    return sets
+
+
 def parse_val_ranges(items: list[str] | None) -> dict[str, tuple[float, float]]:
     """polygraphy style: ``name:[lo,hi]``."""
     ranges: dict[str, tuple[float, float]] = {}
@@ -159,6 +171,13 @@ class SessionCounter:
         self.count = 0
 
 
+def session(model: onnx.ModelProto):
+    """A bare onnxruntime CPU session (the candidate-shape search)."""
+    import onnxruntime as ort
+
+    return ort.InferenceSession(runtime_compatible(model).SerializeToString(), providers=["CPUExecutionProvider"])
+
+
 def run(model: onnx.ModelProto, feeds: Feeds, name: str, counter: SessionCounter | None = None) -> RunResults:
     """One onnxruntime session for ``model``, run on every feed."""
     blob = runtime_compatible(model).SerializeToString()
@@ -167,6 +186,24 @@ def run(model: onnx.ModelProto, feeds: Feeds, name: str, counter: SessionCounter
         counter.count += 1
     with quiet_polygraphy():
         return Comparator.run([runner], data_loader=feeds)
+
+
+def select_outputs(results: RunResults, names: list[str]) -> RunResults:
+    """The same run restricted to ``names`` (the probe's original outputs are the baseline)."""
+    out = RunResults()
+    for runner, its in results:
+        out.append((runner, [IterationResult({k: it[k] for k in names if k in it}, runtime=it.runtime, runner_name=it.runner_name) for it in its]))
+    return out
+
+
+def region_diffs(results: RunResults, probes: dict[str, str], atol: float, rtol: float) -> dict[str, OutputDiff]:
+    """Per original tensor a region recomputes: original vs rewritten value, over every feed."""
+    original = RunResults()
+    rewritten = RunResults()
+    its = iterations(results)
+    original.append(("original", [IterationResult({k: it[k] for k in probes}) for it in its]))
+    rewritten.append(("rewritten", [IterationResult({k: it[v] for k, v in probes.items()}) for it in its]))
+    return compare(original, rewritten, atol, rtol)
 
 
 def iterations(results: RunResults) -> list[IterationResult]:
