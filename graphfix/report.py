@@ -146,6 +146,17 @@ def markdown(report: Report) -> str:
     notes += [f"- **{p.name}**: {f['op']} `{f['node']}` not rewritten: {f['message']}" for p in report.passes for f in p.findings]
     if notes:
         out += ["", "## Findings", "", *notes]
+    if report.shapes:
+        out += ["", "## Verification", "", f"- {report.verification or 'node by node: probe + end-to-end run'}",
+                f"- shapes: {report.shapes.get('reason', '')}"]
+        out += [f"  - `{json.dumps(s)}`" for s in report.shapes.get("shapes", [])]
+        out += [f"- note: {n}" for n in report.notes]
+    if report.nodes:
+        out += ["", "## Rewritten nodes"]
+        for r in report.nodes:
+            diffs = ", ".join(f"`{k}` max abs {_num(d['max_abs'])}" for k, d in r["outputs"].items()) or "-"
+            out += ["", f"### {', '.join(r['nodes'])} — {', '.join(r['passes'])}: **{r['verdict']}**", "",
+                    f"checked {r['checked']}; {diffs}", "", "```mermaid", r["diagram"], "```"]
     if report.trt:
         out += ["", "## TensorRT check", "", "```json", json.dumps(report.trt, indent=2), "```"]
     return "\n".join(out) + "\n"
