@@ -64,13 +64,39 @@ def run(args: argparse.Namespace) -> int:
         from graphfix.model_io import load_model
 
         inputs = load_inputs(args.load_inputs, load_model(args.input))
-    result = fix(
+    status = _status_line(args)
+    try:
+        result = _run_fix(args, inputs, profile, status)
+    finally:
+        if status is not None:
+            status.close()
+    return _after(result, args, profile)
+
+
+def _status_line(args: argparse.Namespace):
+    """A live status line (tqdm) on a terminal; nothing when piped or --quiet."""
+    if args.quiet or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(file=sys.stderr, bar_format="graphfix: {desc} [{elapsed}]", leave=False)
+
+
+def _run_fix(args: argparse.Namespace, inputs, profile, status) -> FixResult:
+    def step(what: str) -> None:
+        status.set_description_str(what)
+        status.update()
+
+    return fix(
         args.input, args.passes, skip=_split(args.skip), trt=args.trt, force=_split(args.force),
         verify=not args.no_verify, strict=args.strict, atol=args.atol, rtol=args.rtol, seed=args.seed,
         iterations=args.iterations, input_shapes=parse_shape_sets(args.input_shapes), verify_each=args.verify_each,
-        profile_shapes=_profile_sets(args),
+        profile_shapes=_profile_sets(args), progress=step if status is not None else None,
         val_range=parse_val_ranges(args.val_range), inputs=inputs, output=args.output,
     )
+
+
+def _after(result: FixResult, args: argparse.Namespace, profile) -> int:
     engine_error = None
     if args.build or args.trt:
         engine_path = args.build or str(Path(args.output).with_suffix(".engine"))
