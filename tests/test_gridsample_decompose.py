@@ -18,7 +18,7 @@ from graphfix.verify import make_inputs
 NAME = "gridsample-decompose"
 FIXTURES = [fx for group, fx in all_fixtures() if group == "gridsample_decompose"]
 #: Ops the decomposition may use: each is imported by TensorRT 8.0.
-ALLOWED = {"Abs", "Add", "Cast", "Concat", "Equal", "Floor", "Gather", "Greater", "MatMul", "Max", "Min", "Mul", "Range",
+ALLOWED = {"Abs", "Add", "Cast", "Concat", "Equal", "Floor", "Gather", "Greater", "Max", "Min", "Mul", "Range", "ReduceSum",
            "Reshape", "Shape", "Slice", "Squeeze", "Sub", "Transpose", "Unsqueeze", "Div"}
 ELEM = {np.float32: FLOAT, np.float16: FLOAT16}
 

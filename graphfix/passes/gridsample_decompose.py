@@ -20,26 +20,30 @@ the node is decomposed instead, which is valid at every opset and exact.
 How (spatial rank D = 2 or 3, P output points, T taps per axis: 1 nearest, 2 linear, 4 cubic),
 following onnxruntime's kernel (which is what verification compares against):
 
-1. grid -> ``[N, P, D]`` (component 0 is x, the last spatial axis); unnormalise with onnxruntime's
+1. grid -> ``[D, N, P]`` (component 0 is x, the last spatial axis; per-axis constants then vary
+   along outer axes only, so every elementwise op streams over P); unnormalise with onnxruntime's
    float operation order (``((g+1)*L-1)/2``, or ``(g+1)/2*(L-1)`` with align_corners).
 2. nearest: round half to even (the spec's and onnxruntime's ``nearbyint``) as Floor plus a tie
    correction, since Round has no importer before 8.2.
-3. taps ``floor(x) + {0,1}`` / ``{-1..2}`` per axis, weights ``1-|x-tap|`` or Keys' cubic
-   (A = -0.75) in onnxruntime's Horner form. Padding acts on each tap index, as in onnxruntime
-   and PyTorch: ``border`` clamps, ``reflection`` folds by the borders (-0.5 / L-0.5, or 0 / L-1),
-   ``zeros`` clamps and folds a 0/1 validity mask into the weight. Flat index = sum of
-   tap * stride; indices and weights are broadcast over the D tap axes to ``[N, P, T^D]``.
-   (The ONNX reference clamps the *coordinate* first for ``border``; that only changes cubic,
-   where onnxruntime and PyTorch clamp taps; this pass follows them.)
-4. x -> rows ``[N*L, C]`` (one Transpose), one ``Gather`` of whole C-rows at ``index + n*L``,
-   ``[N, P, 1, T^D] @ [N, P, T^D, C]`` MatMul for the weighted sum, Transpose to ``[N, C, P]``,
-   Reshape to ``[N, C, *grid dims]``.
+3. taps ``floor(x) + {0,1}`` / ``{-1..2}`` per axis (``[D, T, N, P]``), weights ``1-|x-tap|`` or
+   Keys' cubic (A = -0.75) in onnxruntime's Horner form. Padding acts on each tap index, as in
+   onnxruntime and PyTorch: ``border`` clamps, ``reflection`` folds by the borders (-0.5 / L-0.5,
+   or 0 / L-1), ``zeros`` clamps and folds a 0/1 validity mask into the weight. Flat index = sum
+   of tap * stride (+ n*L for image n); indices and weights are broadcast over the D tap axes to
+   ``[T^D, N*P]``. (The ONNX reference clamps the *coordinate* first for ``border``; that only
+   changes cubic, where onnxruntime and PyTorch clamp taps; this pass follows them.)
+4. x -> rows ``[N*L, C]`` (one Transpose), one ``Gather`` of whole C-rows, ``Mul`` by the weights
+   and ``ReduceSum`` over the taps, Reshape to ``[N, *grid dims, C]``, one Transpose to
+   ``[N, C, *grid dims]``.
 
-Layout measured with ``bench/gridsample_latency.py`` (SuperPoint descriptor sampling): gathering
-single elements along the last axis of ``[N, C, L]`` (no Transpose) cost 1.8x the native op;
-whole rows after one Transpose cost ~0.5x; MatMul for the tap sum beat Mul + ReduceSum.
+Layout measured with ``bench/gridsample_latency.py`` (onnxruntime CPU, 1 thread): SuperPoint
+descriptor sampling (C = 256) costs ~0.5x the native op; gathering single elements from
+channel planes instead (no Transpose) cost ~0.9-1.2x there. A batched ``[1, T^D] @ [T^D, C]``
+MatMul for the tap sum is faster on onnxruntime for C >= 16 but 1.4x slower at C = 3 (and on
+TensorRT it is a batched M = 1 GEMM; not measured, no GPU here); Mul + ReduceSum is the one path. Few channels and many
+points (a C = 3 flow warp) cost ~2.5-3.5x native: the index math per point is no longer amortised.
 
-Index math is float32 then Cast to INT32 (exact below 2^24 elements per image). fp16 input is
+Per-axis tap coordinates are float32 (exact below 2^24), cast to INT32 before the flat index. fp16 input is
 gathered in fp16 and interpolated in fp32, like onnxruntime (which runs fp16 GridSample in fp32).
 Every op used is imported by 8.0 (Range only for a dynamic batch size).
 Not handled (left as findings): cubic on 5-D (not defined by onnxruntime), spatial rank other than
@@ -119,36 +123,46 @@ class _Sampler:
         return self.b.const(np.asarray(value, self.ct), hint=hint)
 
     def _sizes(self) -> tuple[gs.Tensor, gs.Tensor, gs.Tensor]:
-        """Spatial sizes in grid-component order (x first) as [D] float, [D, 1] int32 strides, L = prod."""
+        """Spatial sizes in grid-component order (x first) as [D, 1, 1] float, [D, 1, 1, 1] int32
+        strides and L = their product as int32."""
         b, d = self.b, self.dims
         if self.static_sizes is not None:
             rev = self.static_sizes[::-1]
             strides = np.cumprod([1, *rev]).astype(np.int32)
-            return self._c(rev, "sizes"), b.const(strides[:d].reshape(d, 1), hint="strides"), b.const(strides[d:], hint="length")
+            return (self._c(np.reshape(rev, (d, 1, 1)), "sizes"), b.const(strides[:d].reshape(d, 1, 1, 1), hint="strides"),
+                    b.const(strides[d:], hint="length"))
         rev_int = b.op("Gather", [b.shape(self.x), np.arange(d + 1, 1, -1, dtype=np.int64)], {"axis": 0}, dtype=np.int64)
         parts: list[gs.Tensor] = [b.const(np.ones(1, np.int64))]
         for k in range(d):
             parts.append(b.op("Mul", [parts[-1], b.slice(rev_int, [k], [k + 1])]))
         strides = b.cast(b.concat(parts, 0), np.int32)  # [1, W, W*H, (W*H*D)]
-        return b.cast(rev_int, self.ct), b.reshape(b.slice(strides, [0], [d]), np.array([d, 1], np.int64)), b.slice(strides, [d], [d + 1])
+        sizes = b.reshape(b.cast(rev_int, self.ct), np.array([d, 1, 1], np.int64))
+        return sizes, b.reshape(b.slice(strides, [0], [d]), np.array([d, 1, 1, 1], np.int64)), b.slice(strides, [d], [d + 1])
 
     # --------------------------------------------------------- build
     def build(self) -> gs.Tensor:
+        """Per-axis work is laid out [D, (T,) N, P]: every broadcast constant varies along the
+        outer axes only, so elementwise ops stream over the long P axis."""
         b, d = self.b, self.dims
         sizes, strides, length = self._sizes()
         g = self.grid if tensor_dtype(self.grid) == self.ct else b.cast(self.grid, self.ct)
-        g = b.reshape(g, np.array([0, -1, d], np.int64))  # [N, P, D]
+        g = b.transpose(b.reshape(g, np.array([0, -1, d], np.int64)), [2, 0, 1])  # [D, N, P]
         coord = self._unnormalize(g, sizes)
         if self.mode == "nearest":
             coord = _round_half_even(b, coord, self.ct)
-        col = b.unsqueeze(coord, [-1])  # [N, P, D, 1]
-        size_col = b.unsqueeze(sizes, [-1])  # [D, 1]
-        offsets = np.asarray(TAPS[self.mode], self.ct)
-        base = col if self.mode == "nearest" else b.op("Add", [b.op("Floor", [col]), offsets])
+        col = b.unsqueeze(coord, [1])  # [D, 1, N, P]
+        size_col = b.unsqueeze(sizes, [1])  # [D, 1, 1, 1]
+        offsets = np.asarray(TAPS[self.mode], self.ct).reshape(-1, 1, 1)
+        base = col if self.mode == "nearest" else b.op("Add", [b.op("Floor", [col]), offsets])  # [D, T, N, P]
         weights = None if self.mode == "nearest" else self._weights(col, base)
         index, weights = self._tap_index(base, size_col, weights)
-        flat = b.op("Mul", [b.cast(index, np.int32), strides])  # [N, P, D, T]
-        return self._gather(self._combine(flat, "Add"), None if weights is None else self._combine(weights, "Mul"), length)
+        flat = b.op("Mul", [b.cast(index, np.int32), strides])
+        image = None if self._batch() == 1 else b.op("Mul", [self._arange(), length])  # image n's rows start at n*L
+        return self._gather(self._combine(flat, "Add", image), None if weights is None else self._combine(weights, "Mul"))
+
+    def _batch(self) -> int | None:
+        n = (self.x.shape or [None])[0]
+        return int(n) if isinstance(n, (int, np.integer)) and n > 0 else None
 
     def _unnormalize(self, g: gs.Tensor, sizes: gs.Tensor) -> gs.Tensor:
         b = self.b
@@ -173,14 +187,15 @@ class _Sampler:
 
     def _weights(self, col: gs.Tensor, taps: gs.Tensor) -> gs.Tensor:
         b = self.b
-        dist = b.op("Abs", [b.op("Sub", [col, taps])])  # [N, P, D, T]
+        dist = b.op("Abs", [b.op("Sub", [col, taps])])  # [D, T, N, P]
         if self.mode == "linear":
             return b.op("Sub", [self._c(1.0), dist])
         a = CUBIC_A  # onnxruntime's Horner forms: near taps (|s| <= 1) and far taps (1 < |s| < 2)
         near = b.op("Add", [b.op("Mul", [b.op("Mul", [b.op("Sub", [b.op("Mul", [dist, self._c(a + 2)]), self._c(a + 3)]), dist]), dist]), self._c(1.0)])
         far = b.op("Mul", [b.op("Sub", [b.op("Mul", [dist, self._c(a)]), self._c(5 * a)]), dist])
         far = b.op("Sub", [b.op("Mul", [b.op("Add", [far, self._c(8 * a)]), dist]), self._c(4 * a)])
-        return b.op("Add", [b.op("Mul", [near, self._c([0, 1, 1, 0])]), b.op("Mul", [far, self._c([1, 0, 0, 1])])])
+        inner, outer = self._c(np.reshape([0, 1, 1, 0], (4, 1, 1))), self._c(np.reshape([1, 0, 0, 1], (4, 1, 1)))
+        return b.op("Add", [b.op("Mul", [near, inner]), b.op("Mul", [far, outer])])
 
     def _tap_index(self, taps: gs.Tensor, size_col: gs.Tensor, weights: gs.Tensor | None) -> tuple[gs.Tensor, gs.Tensor | None]:
         """In-range tap coordinates per padding mode; ``zeros`` folds validity into the weights."""
@@ -195,58 +210,64 @@ class _Sampler:
             weights = valid if weights is None else b.op("Mul", [weights, valid])
         return index, weights
 
-    def _combine(self, per_axis: gs.Tensor, op: str) -> gs.Tensor:
-        """[N, P, D, T] -> [N, P, T^D]: tap k of axis j broadcast against the others (z, y, x order)."""
+    def _combine(self, per_axis: gs.Tensor, op: str, shift: gs.Tensor | None = None) -> gs.Tensor:
+        """[D, T, N, P] -> [T^D, N*P]: tap axis of component k (x first) at position D-1-k, the
+        others broadcast against it; ``shift`` [N, 1] is added to the outermost component."""
         b, d = self.b, self.dims
         t = len(TAPS[self.mode])
         total = None
-        for k in range(d):  # component k (x first) is tap axis d-1-k
-            part = b.op("Gather", [per_axis, np.array(k, np.int64)], {"axis": 2})  # [N, P, T]
-            others = [2 + j for j in range(d) if j != d - 1 - k]
+        for k in reversed(range(d)):
+            part = b.op("Gather", [per_axis, np.array(k, np.int64)], {"axis": 0})  # [T, N, P]
+            if shift is not None and k == d - 1:
+                part = b.op("Add", [part, shift])
+            others = [j for j in range(d) if j != d - 1 - k]
             part = b.unsqueeze(part, others) if others else part
             total = part if total is None else b.op(op, [total, part])
         assert total is not None
-        return b.reshape(total, np.array([0, 0, t**d], np.int64))
+        return b.reshape(total, np.array([t**d, -1], np.int64))
 
-    def _gather(self, index: gs.Tensor, weights: gs.Tensor | None, length: gs.Tensor) -> gs.Tensor:
-        """Rows of x as [N*L, C] gathered at the flat indices [N, P, T^D], taps weighted by MatMul."""
+    def _gather(self, index: gs.Tensor, weights: gs.Tensor | None) -> gs.Tensor:
+        """Rows of x as [N*L, C] gathered at the flat indices [T^D, N*P]; taps weighted and summed."""
         b = self.b
         taps = len(TAPS[self.mode]) ** self.dims
         rows = b.transpose(b.reshape(self.x, np.array([0, 0, -1], np.int64)), [0, 2, 1])  # [N, L, C]
-        channels = self.x.shape[1] if self.x.shape is not None else None
-        width = b.const(np.array([channels], np.int64)) if isinstance(channels, (int, np.integer)) and channels > 0 \
-            else b.slice(b.shape(self.x), [1], [2])
-        rows = b.reshape(rows, b.concat([b.const(np.array([-1], np.int64)), width], 0))  # [N*L, C]
-        batch = self.x.shape[0] if self.x.shape is not None else None
-        if batch != 1:  # image n's rows start at n*L
-            index = b.op("Add", [index, b.op("Mul", [self._arange(batch), length])])
+        rows = b.reshape(rows, b.concat([b.const(np.array([-1], np.int64)), self._channels()], 0))  # [N*L, C]
         if taps == 1:
-            index = b.reshape(index, np.array([0, -1], np.int64))  # [N, P]
-        picked = b.op("Gather", [rows, index], {"axis": 0})  # [N, P, (T^D,) C]
+            index = b.reshape(index, np.array([-1], np.int64))
+        picked = b.op("Gather", [rows, index], {"axis": 0})  # [(T^D,) N*P, C]
         if self.dtype != self.ct:
             picked = b.cast(picked, self.ct)
-        if taps > 1:  # [N, P, 1, T^D] @ [N, P, T^D, C]
-            picked = b.squeeze(b.op("MatMul", [b.unsqueeze(weights, [2]), picked]), [2])
-        elif weights is not None:
-            picked = b.op("Mul", [picked, weights])  # [N, P, 1] validity
-        out = b.reshape(b.transpose(picked, [0, 2, 1]), self._out_shape())
+        if weights is not None:
+            picked = b.op("Mul", [picked, b.reshape(weights, np.array([-1, 1] if taps == 1 else [taps, -1, 1], np.int64))])
+        if taps > 1:
+            picked = b.reduce("ReduceSum", picked, [0], keepdims=False)  # [N*P, C]
+        picked = b.reshape(picked, self._out_shape())  # [N, *grid dims, C]
+        out = b.transpose(picked, [0, self.dims + 1, *range(1, self.dims + 1)])
         return b.cast(out, self.dtype) if self.dtype != self.ct else out
 
-    def _arange(self, batch: object) -> gs.Tensor:
-        """[N, 1, 1] int32 image numbers."""
-        b = self.b
-        if isinstance(batch, (int, np.integer)) and batch > 0:
-            return b.const(np.arange(batch, dtype=np.int32).reshape(-1, 1, 1))
+    def _channels(self) -> gs.Tensor:
+        c = (self.x.shape or [None, None])[1]
+        if isinstance(c, (int, np.integer)) and c > 0:
+            return self.b.const(np.array([c], np.int64))
+        return self.b.slice(self.b.shape(self.x), [1], [2])
+
+    def _arange(self) -> gs.Tensor:
+        """[N, 1] int32 image numbers."""
+        b, batch = self.b, self._batch()
+        if batch is not None:
+            return b.const(np.arange(batch, dtype=np.int32).reshape(-1, 1))
         n = b.cast(b.reshape(b.slice(b.shape(self.x), [0], [1]), np.array([], np.int64)), np.int32)
         count = b.op("Range", [np.array(0, np.int32), n, np.array(1, np.int32)], dtype=np.int32)
-        return b.reshape(count, np.array([-1, 1, 1], np.int64))
+        return b.unsqueeze(count, [1])
 
     def _out_shape(self) -> gs.Tensor:
+        """[N, *grid dims, C]."""
         b = self.b
-        gdims = list((self.grid.shape or [None] * (self.dims + 2))[1:-1])
-        if all(isinstance(v, (int, np.integer)) and v >= 0 for v in gdims):
-            return b.const(np.array([0, 0, *gdims], np.int64))
-        return b.concat([b.const(np.zeros(2, np.int64)), b.slice(b.shape(self.grid), [1], [-1])], 0)
+        gdims = list((self.grid.shape or [None] * (self.dims + 2))[:-1])
+        c = (self.x.shape or [None, None])[1]
+        if all(isinstance(v, (int, np.integer)) and v >= 0 for v in [*gdims, c]):
+            return b.const(np.array([*gdims, c], np.int64))
+        return b.concat([b.slice(b.shape(self.grid), [0], [-1]), self._channels()], 0)
 
 
 def _clip(b: Builder, x: gs.Tensor, lo: gs.Tensor, hi: gs.Tensor) -> gs.Tensor:
