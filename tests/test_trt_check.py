@@ -38,7 +38,7 @@ def _ops(findings) -> set[str]:
     ("superglue_attention", "8.0", "Einsum", "einsum-to-matmul"),
     ("lightglue_ellipsis", "8.6", "Einsum", "einsum-to-matmul"),
     ("layer_norm_opset17", "8.5", "LayerNormalization", "layernorm-decompose"),
-    ("grid_sample_opset16", "8.4", "GridSample", None),
+    ("grid_sample_opset16", "8.4", "GridSample", "gridsample-decompose"),
     ("reflection_pad2d", "7.2", "Pad", "pad-to-concat"),
     ("circular_pad", "9.3", "Pad", "pad-to-concat"),
     ("exclusive_reverse", "10.8", "CumSum", "cumsum-decompose"),
