@@ -188,13 +188,6 @@ def _restriction_findings(node: gs.Node, release: support.Release, ctx: Context)
     if op == "Slice" and ctx.opset >= 10 and len(node.inputs) > 3 and node.inputs[3].name and not is_weights(node.inputs[3]) \
             and v < TrtVersion("10.3"):
         yield _finding(node, BLOCKING, "Slice axes must be an initializer before TensorRT 10.3", "slice-dynamic-axes")
-    if op == "GridSample":
-        mode = node.attrs.get("mode", "bilinear")
-        if mode in ("linear", "cubic") and v < TrtVersion("10.2"):
-            yield _finding(node, BLOCKING, f"mode '{mode}' (opset-20 name) silently falls back to nearest in TensorRT 8.5-10.1: wrong results; export with opset 16-19", None)
-        rank = len(node.inputs[0].shape) if node.inputs[0].shape is not None else None
-        if rank is not None and rank != 4 and v >= TrtVersion("10.1"):
-            yield _finding(node, BLOCKING, f"GridSample takes only rank-4 input (got rank {rank})", None)
     if op == "NonZero":
         yield _finding(node, WARNING, "output shape is data-dependent: downstream layers must accept a dynamic first dim", "nonzero-data-dependent-shape")
     if op == "Gelu" and node.attrs.get("approximate", "none") not in ("none", "tanh"):
