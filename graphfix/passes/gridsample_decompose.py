@@ -36,12 +36,13 @@ following onnxruntime's kernel (which is what verification compares against):
    and ``ReduceSum`` over the taps, Reshape to ``[N, *grid dims, C]``, one Transpose to
    ``[N, C, *grid dims]``.
 
-Layout measured with ``bench/gridsample_latency.py`` (onnxruntime CPU, 1 thread): SuperPoint
-descriptor sampling (C = 256) costs ~0.5x the native op; gathering single elements from
-channel planes instead (no Transpose) cost ~0.9-1.2x there. A batched ``[1, T^D] @ [T^D, C]``
-MatMul for the tap sum is faster on onnxruntime for C >= 16 but 1.4x slower at C = 3 (and on
-TensorRT it is a batched M = 1 GEMM; not measured, no GPU here); Mul + ReduceSum is the one path. Few channels and many
-points (a C = 3 flow warp) cost ~2.5-3.5x native: the index math per point is no longer amortised.
+Layout measured with ``bench/gridsample_latency.py`` (onnxruntime CPU, 1 thread, best of 20):
+SuperPoint descriptor sampling (C = 256) costs 0.54x the native op; gathering single elements
+from channel planes instead (no Transpose) cost 1.08x. A batched ``[1, T^D] @ [T^D, C]`` MatMul
+for the tap sum is faster on onnxruntime for C >= 16 (0.42x SuperPoint) but 1.5x slower at C = 3,
+and on TensorRT it is a batched M = 1 GEMM (not measured: no GPU here); Mul + ReduceSum is the
+one path. Few channels and many points (a C = 3 flow warp, 2x96x128 points) cost 3.6x native:
+the ~20 elementwise ops of index math per point are no longer amortised over channels.
 
 Per-axis tap coordinates are float32 (exact below 2^24), cast to INT32 before the flat index. fp16 input is
 gathered in fp16 and interpolated in fp32, like onnxruntime (which runs fp16 GridSample in fp32).
