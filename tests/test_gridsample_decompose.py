@@ -81,6 +81,14 @@ def test_opset20_nearest_4d_left_alone_from_8_5():
     assert passes.get(NAME).apply(m, trt="8.4").rewritten == 1
 
 
+def test_default_mode_is_not_an_opset20_name():
+    m = model([node("GridSample", ["x", "grid"], ["y"])], [inp("x", FLOAT, [1, 2, 4, 5]), inp("grid", FLOAT, [1, 3, 3, 2])],
+              [out("y", FLOAT, [1, 2, 3, 3])], opset=20)
+    assert passes.get(NAME).apply(m, trt="8.5").rewritten == 0
+    feeds = make_inputs(m, val_range={"grid": (-1.5, 1.5)}, seed=5)[0]
+    check_rewrite(m, NAME, feeds, atol=1e-5, rtol=1e-5, trt="8.4")
+
+
 def test_findings_for_what_is_not_decomposed():
     cubic5d = _gridsample([1, 2, 3, 4, 5], [1, 2, 3, 4, 3], "cubic", opset=20)
     result = passes.get(NAME).apply(cubic5d)

@@ -74,7 +74,7 @@ def _attr(node: gs.Node, name: str, default: str) -> str:
 
 
 def _mode(node: gs.Node) -> str:
-    return _attr(node, "mode", "linear")
+    return _attr(node, "mode", "linear")  # the default samples linearly at every opset
 
 
 def _not_rank4(node: gs.Node, ctx: Context) -> bool:
@@ -83,7 +83,8 @@ def _not_rank4(node: gs.Node, ctx: Context) -> bool:
 
 
 def _opset20_name(node: gs.Node, ctx: Context) -> bool:
-    return _mode(node) in ("linear", "cubic")
+    """An explicit opset-20 name (an absent mode is read as "bilinear" by the importer: right)."""
+    return "mode" in node.attrs and _mode(node) in ("linear", "cubic")
 
 
 # ------------------------------------------------------------------ rewrite
