@@ -133,10 +133,11 @@ def standardize(b: Builder, x: gs.Tensor, axes: list[int], count: int | None, ep
     ``count`` is the number of reduced elements (None: computed from ``x``'s shape at runtime);
     it is only needed where ReduceMean cannot be used (opset >= 18 and parsers before 10.0).
     """
+    reduce_mean = b.opset < 18 or axes_input_ok
     divisor: list[gs.Tensor | np.ndarray] = []
 
     def mean(t: gs.Tensor) -> gs.Tensor:
-        if b.opset < 18 or axes_input_ok:
+        if reduce_mean:
             return b.reduce("ReduceMean", t, axes, dtype=dtype)
         if not divisor:
             divisor.append(np.array(count, dtype) if count is not None else _runtime_count(b, x, axes[0], dtype))
@@ -144,7 +145,10 @@ def standardize(b: Builder, x: gs.Tensor, axes: list[int], count: int | None, ep
 
     mu = mean(x)
     dev = b.op("Sub", [x, mu], dtype=dtype)
-    var = mean(b.op("Pow", [dev, np.array(2, dtype)], dtype=dtype))
+    # Pow(D, 2) completes the pattern LayerNorm fusions look for; without ReduceMean there is no
+    # such pattern, and Mul(D, D) is the cheaper square (onnxruntime's Pow is a generic pow()).
+    square = b.op("Pow", [dev, np.array(2, dtype)], dtype=dtype) if reduce_mean else b.op("Mul", [dev, dev], dtype=dtype)
+    var = mean(square)
     std = b.op("Sqrt", [b.op("Add", [var, np.array(eps, dtype)], dtype=dtype)], dtype=dtype)
     return Moments(b.op("Div", [dev, std], dtype=dtype), mu, std)
 
