@@ -44,7 +44,13 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, static_shape
 from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule, Skip
-from graphfix.passes.layernorm_decompose import float_dtype, reduce_mean_reads_axes, standardize
+from graphfix.passes.layernorm_decompose import (
+    element_count,
+    float_dtype,
+    reduce_mean_reads_axes,
+    standardize,
+    stash_dtype,
+)
 
 #: First opset whose GroupNormalization takes per-channel scale/bias.
 PER_CHANNEL_OPSET = 21
@@ -72,16 +78,13 @@ def _one_group(node: gs.Node, ctx: Context) -> bool:
 def rewrite(node: gs.Node, ctx: Context) -> None:
     x, scale, bias = node.inputs[0], node.inputs[1], node.inputs[2]
     dtype = float_dtype(x)
-    stash = int(node.attrs.get("stash_type", 1))
-    if stash != 1:
-        raise Skip(f"stash_type {stash} (only 1, float32 statistics, is decomposed)")
+    compute = stash_dtype(node)
     groups = int(node.attrs["num_groups"])
     per_channel = ctx.opset >= PER_CHANNEL_OPSET
     rank = len(x.shape) if x.shape is not None else None
     if per_channel and rank is None:
         raise Skip("input rank is unknown (run shape inference upstream)")
     b = ctx.builder
-    compute = np.dtype(np.float32)
     xc = x if dtype == compute else b.cast(x, compute)
     grouped = b.reshape(xc, np.array([0, groups, -1], np.int64))
     m = standardize(b, grouped, [-1], _group_size(x, groups), float(node.attrs.get("epsilon", 1e-5)), compute,
@@ -97,10 +100,8 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 
 def _group_size(x: gs.Tensor, groups: int) -> int | None:
-    dims = x.shape[1:] if x.shape is not None else None
-    if dims is None or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in dims):
-        return None
-    return int(np.prod(dims, dtype=np.int64)) // groups
+    per_sample = element_count(x, 1)
+    return None if per_sample is None else per_sample // groups
 
 
 def _column(b: Builder, v: gs.Tensor, rank: int, ctx: Context) -> gs.Tensor:

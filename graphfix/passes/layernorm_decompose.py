@@ -62,19 +62,19 @@ def _lists_statistics(node: gs.Node, ctx: Context) -> bool:
     return len(node.outputs) > 1
 
 
-def used(t: gs.Tensor, ctx: Context) -> bool:
+def _used(t: gs.Tensor, ctx: Context) -> bool:
     """Something reads ``t``: a node (subgraphs included) or the graph's outputs."""
     return bool(t.name) and (bool(t.outputs) or t in ctx.graph.outputs)
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
-    y, stats = node.outputs[0], [t for t in node.outputs[1:] if used(t, ctx)]
+    y, stats = node.outputs[0], [t for t in node.outputs[1:] if _used(t, ctx)]
     if ctx.trt is not None and ctx.trt >= IMPORTER and not stats:
         replace_tensor(ctx.graph, y, ctx.builder.op("LayerNormalization", list(node.inputs), dict(node.attrs)))
         return
     x = node.inputs[0]
     dtype = float_dtype(x)
-    compute = _stash_dtype(node, dtype)
+    compute = stash_dtype(node)
     rank = len(x.shape) if x.shape is not None else None
     axis = int(node.attrs.get("axis", -1))
     if axis >= 0 and rank is None:
@@ -82,7 +82,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     first = axis - rank if axis >= 0 and rank is not None else axis  # normalised axes, counted from the end
     b = ctx.builder
     xc = x if compute == dtype else b.cast(x, compute)
-    m = standardize(b, xc, list(range(first, 0)), element_count(b, x, first), float(node.attrs.get("epsilon", 1e-5)),
+    m = standardize(b, xc, list(range(first, 0)), element_count(x, first), float(node.attrs.get("epsilon", 1e-5)),
                     compute, reduce_mean_reads_axes(ctx))
     out = m.normalized if compute == dtype else b.cast(m.normalized, dtype)
     scale, bias = optional_input(node, 1), optional_input(node, 2)
@@ -91,9 +91,9 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     if bias is not None:
         out = b.op("Add", [out, bias])
     replace_tensor(ctx.graph, y, out)
-    if len(node.outputs) > 1 and used(node.outputs[1], ctx):
+    if len(node.outputs) > 1 and _used(node.outputs[1], ctx):
         replace_tensor(ctx.graph, node.outputs[1], m.mean)
-    if len(node.outputs) > 2 and used(node.outputs[2], ctx):
+    if len(node.outputs) > 2 and _used(node.outputs[2], ctx):
         replace_tensor(ctx.graph, node.outputs[2], b.op("Div", [np.array(1, compute), m.std], dtype=compute))
 
 
@@ -106,7 +106,8 @@ def float_dtype(x: gs.Tensor) -> np.dtype:
     return dtype
 
 
-def _stash_dtype(node: gs.Node, dtype: np.dtype) -> np.dtype:
+def stash_dtype(node: gs.Node) -> np.dtype:
+    """The statistics' type: float32 (``stash_type`` 1, the default); others are not decomposed."""
     stash = int(node.attrs.get("stash_type", 1))
     if stash != 1:
         raise Skip(f"stash_type {stash} (only 1, float32 statistics, is decomposed)")
@@ -126,8 +127,8 @@ def reduce_mean_reads_axes(ctx: Context) -> bool:
     return ctx.trt is not None and ctx.trt >= AXES_INPUT
 
 
-def element_count(b: Builder, x: gs.Tensor, first: int) -> int | None:
-    """Number of elements in ``x``'s axes ``[first, rank)`` (``first`` < 0), if static."""
+def element_count(x: gs.Tensor, first: int) -> int | None:
+    """Number of elements in ``x``'s axes from ``first`` on (Python slicing), if static."""
     dims = x.shape[first:] if x.shape is not None else None
     if dims is None or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in dims):
         return None
