@@ -202,3 +202,12 @@ def test_unknown_rank_per_channel_is_a_finding():
     m.graph.output[0].type.tensor_type.ClearField("shape")
     result = passes.get(NAME).apply(m)
     assert result.rewritten == 0 and "rank is unknown" in result.findings[0].message
+
+
+@pytest.mark.parametrize("name,version", [
+    ("unet_groupnorm", "8.6"), ("unet_groupnorm", "10.1"), ("unet_groupnorm", "10.8"),
+    ("poolformer_groupnorm1", "9.3"), ("poolformer_groupnorm1", "10.16"), ("poolformer_groupnorm1", "11.1"),
+])
+def test_rewritten_model_has_no_blocking_finding(name, version):
+    after = check_model(passes.get(NAME).apply(FIXTURES[name].build(), trt=version).model, version)
+    assert not [f for f in after.findings if f.rule in ("no-importer", "outside-limits", "wrong-results")], after.as_dict()
