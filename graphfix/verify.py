@@ -161,6 +161,10 @@ class SessionCounter:
 
 def run(model: onnx.ModelProto, feeds: Feeds, name: str, counter: SessionCounter | None = None) -> RunResults:
     """One onnxruntime session for ``model``, run on every feed."""
+    if any(n.op_type == "ATen" for n in model.graph.node):  # onnxruntime has no ATen kernels
+        from graphfix.aten_reference import run_results
+
+        return run_results(model, feeds, name)
     blob = runtime_compatible(model).SerializeToString()
     runner = OnnxrtRunner(SessionFromOnnx(blob, providers=["CPUExecutionProvider"]), name=name)
     if counter is not None:
