@@ -59,6 +59,13 @@ def save_polygraphy_files(outcome: pipeline.Outcome, path: Path) -> dict[str, st
     return {"polygraphy_inputs": str(inputs_path), "polygraphy_outputs": str(outputs_path)}
 
 
+def _shape_sets(given) -> list[dict[str, tuple[int, ...]]]:
+    if not given:
+        return []
+    sets = [given] if isinstance(given, dict) else list(given)
+    return [{k: tuple(int(d) for d in v) for k, v in s.items()} for s in sets]
+
+
 def fix(
     model: str | os.PathLike | onnx.ModelProto,
     passes: str | Sequence[str | Pass] = "all",
@@ -67,22 +74,27 @@ def fix(
     trt: str | None = None,
     force: Sequence[str] = (),
     verify: bool = True,
+    verify_each: bool = False,
     strict: bool = False,
     atol: float = 1e-5,
     rtol: float = 1e-5,
     seed: int = 1,
     iterations: int = 1,
-    input_shapes: dict[str, Sequence[int]] | None = None,
+    input_shapes: dict[str, Sequence[int]] | Sequence[dict[str, Sequence[int]]] | None = None,
     val_range: dict[str, tuple[float, float]] | None = None,
     inputs: list[dict[str, np.ndarray]] | None = None,
     output: str | os.PathLike | None = None,
+    progress=None,
+    profile_shapes: Sequence[dict[str, Sequence[int]]] = (),
 ) -> FixResult:
     """Run the pass pipeline on a model (path or ModelProto), verifying each pass on onnxruntime.
 
     ``passes``: "all", "auto" (with ``trt``), a comma-separated string, or a list of pass names
     and/or ``Pass`` objects (your own passes run in the order given by their ``order``).
-    A pass whose outputs differ beyond ``atol``/``rtol`` is rolled back and reported
-    (``strict=True`` raises instead). ``output`` writes the fixed model atomically.
+    A rewrite whose outputs differ beyond ``atol``/``rtol`` is rolled back, node by node, and
+    reported (``strict=True`` raises instead); ``verify_each`` checks pass by pass instead.
+    ``input_shapes``: one dict of shapes, or several (each is verified); without it the
+    verification shapes are found by trying. ``output`` writes the fixed model atomically.
     """
     source = None
     if isinstance(model, onnx.ModelProto):
@@ -99,11 +111,11 @@ def fix(
             raise GraphfixError(f"output directory {Path(output).parent} does not exist", str(output))
     settings = pipeline.Settings(
         passes=passes if isinstance(passes, str) else tuple(passes), skip=tuple(skip), trt=trt,
-        force=tuple(force), verify=verify, strict=strict, atol=atol, rtol=rtol, seed=seed,
-        iterations=iterations, input_shapes={k: tuple(v) for k, v in (input_shapes or {}).items()},
-        val_range=dict(val_range or {}), feeds=inputs,
+        force=tuple(force), verify=verify, verify_each=verify_each, strict=strict, atol=atol, rtol=rtol, seed=seed,
+        iterations=iterations, input_shapes=_shape_sets(input_shapes),
+        profile_shapes=_shape_sets(list(profile_shapes)), val_range=dict(val_range or {}), feeds=inputs,
     )
-    outcome = pipeline.run(model, settings, source, None if output is None else str(output))
+    outcome = pipeline.run(model, settings, source, None if output is None else str(output), progress)
     result = FixResult(outcome.model, outcome.report, outcome)
     if output is not None:
         result.save(output)

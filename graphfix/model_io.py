@@ -1,11 +1,13 @@
 """Loading, validating and atomically saving ONNX models.
 
-onnx >= 1.23 writes IR version 14 while onnxruntime 1.31 reads at most 13, so every model that
-leaves graphfix (to disk or to an onnxruntime session) goes through :func:`runtime_compatible`.
+onnx >= 1.23 writes IR version 14 while onnxruntime 1.31 reads at most 13 (1.32 reads 14), so
+every model that leaves graphfix (to disk or to an onnxruntime session) goes through
+:func:`runtime_compatible`, which asks the installed onnxruntime what it reads.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -15,8 +17,6 @@ from google.protobuf.message import DecodeError
 
 from graphfix.errors import GraphfixError
 
-#: Highest IR version onnxruntime 1.31 loads.
-MAX_IR_VERSION = 13
 #: Default-domain opsets graphfix rewrites (onnxruntime's CPU kernels start at 7; TensorRT parsers at 9).
 MIN_OPSET = 7
 #: 2 GiB protobuf limit: larger models are written with external data.
@@ -108,16 +108,44 @@ def passes_full_check(model: onnx.ModelProto) -> bool:
     return True
 
 
+def _loads(ir_version: int, opset: int) -> bool:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [x], [y])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version)
+    try:
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001 - "cannot load" is the answer
+        return False
+    return True
+
+
+@functools.cache
+def runtime_limits() -> tuple[int, int]:
+    """(highest IR version, highest default-domain opset) the installed onnxruntime loads, asked of it."""
+    ir = next((v for v in range(onnx.IR_VERSION, 6, -1) if _loads(v, 13)), 7)
+    opset = next((v for v in range(onnx.defs.onnx_opset_version(), 12, -1) if _loads(ir, v)), 13)
+    return ir, opset
+
+
+def max_ir_version() -> int:
+    return runtime_limits()[0]
+
+
 def runtime_compatible(model: onnx.ModelProto) -> onnx.ModelProto:
     """Clamp the IR version to what onnxruntime reads, without going below what the opsets need."""
-    if model.ir_version <= MAX_IR_VERSION:
+    limit = max_ir_version()
+    if model.ir_version <= limit:
         return model
     needed = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
-    if needed > MAX_IR_VERSION:
-        raise GraphfixError(f"needs IR version {needed}; onnxruntime reads at most {MAX_IR_VERSION}")
+    if needed > limit:
+        raise GraphfixError(f"needs IR version {needed}; the installed onnxruntime reads at most {limit}")
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    out.ir_version = max(needed, min(model.ir_version, MAX_IR_VERSION))
+    out.ir_version = max(needed, min(model.ir_version, limit))
     return out
 
 

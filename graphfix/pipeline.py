@@ -1,48 +1,69 @@
-"""The ordered pass pipeline with per-pass onnxruntime verification and rollback.
+"""The ordered pass pipeline: one graph through every pass, then node-level verification.
 
-Verification cost: one onnxruntime session for the input model, plus one per pass that changed
-the graph (a pass that matched nothing is not re-run). The inputs are generated once. A pass
-whose outputs differ beyond tolerance, that raises, or that produces an invalid model is rolled
-back (the graph before it is kept) and reported; ``strict`` stops instead.
+The model is imported once (one shape inference, ``gc.freeze()`` so the collector does not
+rescan the big import), every pass edits the same onnx-graphsurgeon graph, and the graph is
+exported once at the end. Each pass's contract is checked as it runs (:func:`_ensure`): nothing
+it matches is left unreported, the graph's inputs/outputs keep their names, dtypes and shapes.
+
+Verification costs at most two onnxruntime sessions whatever the number of passes
+(``graphfix.regions``): the *probe* (the original model plus a renamed copy of every rewritten
+region, wired to the original tensors) computes, in one run, the original outputs and each
+region's original and rewritten values; a region that differs is undone alone (node-level
+rollback, named in the report); one end-to-end run of the fixed model confirms the whole. Should
+that final run disagree although every region agreed, graphfix falls back to checking pass by
+pass (``verify_each``, one session per changed pass), and says so. Shapes: several (see
+``graphfix.shapes``); the candidate-shape search runs on its own session, reported apart.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import onnx
+import onnx_graphsurgeon as gs
 
 from graphfix import passes as registry
+from graphfix import regions as regions_mod
+from graphfix import shapes as shapes_mod
 from graphfix import verify
 from graphfix.errors import GraphfixError
+from graphfix.graph import Builder, Folder, to_graph, to_model
+from graphfix.graph.convert import all_graphs
+from graphfix.graph.edits import EditLog, live_nodes
 from graphfix.model_io import first_line, passes_full_check, runtime_compatible
-from graphfix.passes.base import Pass, PassResult
+from graphfix.passes.base import Context, Pass
 from graphfix.report import ERROR, KEPT, ROLLED_BACK, UNCHANGED, UNVERIFIED, PassRecord, Report
 from graphfix.trt.versions import TrtVersion
 
 
 class StrictFailure(GraphfixError):
-    """--strict: a pass would have been rolled back (exit 1, nothing written)."""
+    """--strict: a rewrite would have been rolled back (exit 1, nothing written)."""
 
     exit_code = 1
 
 
 @dataclass
 class Settings:
+    """Every run setting, declared once: the CLI's flags, the API's keywords and the report's "settings"."""
+
     passes: str | list[str | Pass] | tuple[str | Pass, ...] = "all"
     skip: tuple[str, ...] = ()
     trt: str | None = None
     force: tuple[str, ...] = ()
     verify: bool = True
+    verify_each: bool = False
     strict: bool = False
     atol: float = 1e-5
     rtol: float = 1e-5
     seed: int = 1
     iterations: int = 1
-    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    input_shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
+    #: the TensorRT profile's min/opt/max shapes: verified too where onnxruntime runs them
+    profile_shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
     val_range: dict[str, tuple[float, float]] = field(default_factory=dict)
     feeds: list[dict[str, np.ndarray]] | None = None
 
@@ -50,9 +71,9 @@ class Settings:
         return {
             "passes": self.passes if isinstance(self.passes, str) else [getattr(p, "name", p) for p in self.passes],
             "skip": list(self.skip), "trt": self.trt, "force": list(self.force), "verify": self.verify,
-            "strict": self.strict, "atol": self.atol, "rtol": self.rtol, "seed": self.seed,
-            "iterations": self.iterations,
-            "input_shapes": {k: list(v) for k, v in self.input_shapes.items()},
+            "verify_each": self.verify_each, "strict": self.strict, "atol": self.atol, "rtol": self.rtol,
+            "seed": self.seed, "iterations": self.iterations,
+            "input_shapes": [{k: list(v) for k, v in s.items()} for s in self.input_shapes],
             "val_range": {k: list(v) for k, v in self.val_range.items()},
         }
 
@@ -90,70 +111,260 @@ def choose_passes(model: onnx.ModelProto, settings: Settings) -> list[Pass]:
     return registry.select(names, settings.skip)
 
 
-def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, target: str | None = None) -> Outcome:
-    start = time.perf_counter()
+# ---------------------------------------------------------------------- passes on one graph
+def _signature(graph: gs.Graph) -> list[tuple]:
+    return [(t.name, str(t.dtype), tuple(t.shape) if t.shape is not None else None) for t in [*graph.inputs, *graph.outputs]]
+
+
+def _ensure(p: Pass, graph: gs.Graph, trt: TrtVersion | None, force: bool, skipped: set[str], signature: list[tuple]) -> str:
+    """The pass's post-condition: what is still wrong, or ""."""
+    if _signature(graph) != signature:
+        return "graph inputs/outputs changed (names, dtypes or shapes)"
+    for g in all_graphs(graph):
+        g.opset = graph.opset
+        ctx = Context(g, Builder(g, "ensure"), Folder(g), None if force else trt, force)
+        live = live_nodes(g)
+        left = [n for n in g.nodes if n.op in p.ops and id(n) in live and (n.name or n.op) not in skipped and p.match(n, ctx)]
+        if left:
+            return f"{len(left)} node(s) it matches are left unreported, e.g. {left[0].op} '{left[0].name}'"
+    return ""
+
+
+def _run_passes(graph: gs.Graph, chosen: list[Pass], settings: Settings, log: EditLog, report: Report,
+                after_pass=None) -> None:
     trt = _trt_version(settings.trt)
+    signature = _signature(graph)
+    for p in chosen:
+        t0 = time.perf_counter()
+        record = PassRecord(p.name, UNCHANGED)
+        report.passes.append(record)
+        mark = len(log.edits)
+        force = p.name in settings.force
+        record.nodes_before = len(graph.nodes)
+        try:
+            matched, rewritten, findings = p.run_on_graph(graph, trt, force, log)
+        except GraphfixError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a buggy pass must not take the user's run down
+            for e in reversed(log.edits[mark:]):
+                e.undo()
+            del log.edits[mark:]
+            record.verdict, record.reason = ERROR, f"rolled back: the pass raised {type(exc).__name__}: {first_line(exc)}"
+        else:
+            record.matched, record.rewritten = matched, rewritten
+            record.findings = [f.as_dict() for f in findings]
+            broken = _ensure(p, graph, trt, force, {f.node or f.op for f in findings}, signature) if rewritten else ""
+            if broken:
+                for e in reversed(log.edits[mark:]):
+                    e.undo()
+                del log.edits[mark:]
+                record.verdict, record.reason = ROLLED_BACK, f"rolled back: the pass broke its contract: {broken}"
+            elif rewritten:
+                record.verdict = UNVERIFIED
+        record.nodes_after = len(graph.nodes) if record.verdict == UNVERIFIED else record.nodes_before
+        record.seconds = round(time.perf_counter() - t0, 4)
+        if after_pass is not None and record.verdict == UNVERIFIED:
+            after_pass(record, log.edits[mark:])
+        if settings.strict and record.verdict in (ROLLED_BACK, ERROR):
+            raise StrictFailure(f"--strict: pass {p.name} {record.verdict}: {record.reason}")
+
+
+# ---------------------------------------------------------------------------- entry point
+def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, target: str | None = None,
+        progress=None) -> Outcome:
+    start = time.perf_counter()
+    _trt_version(settings.trt)
     for name in settings.force:
         registry.get(name)
     chosen = choose_passes(model, settings)
     report = Report(source, target, settings.public())
     counter = verify.SessionCounter()
+    step = progress or (lambda what: None)
 
     feeds: list[dict[str, np.ndarray]] = []
-    baseline = None
     if settings.verify:
-        feeds = settings.feeds or verify.make_inputs(model, settings.input_shapes, settings.val_range, settings.seed, settings.iterations)
-        report.inputs = {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in feeds[0].items()}
-        try:
-            baseline = verify.run(model, feeds, "original", counter)
-        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
-            raise GraphfixError(
-                f"onnxruntime cannot run the input model, so rewrites cannot be verified ({first_line(exc)}); "
-                "fix the inputs (--input-shapes/--val-range/--load-inputs) or use --no-verify", source
-            ) from exc
-    full_check = passes_full_check(model)
+        step("choosing verification inputs")
+        feeds = _feeds(model, settings, report, source)
 
-    current, current_results = model, baseline
-    for p in chosen:
-        t0 = time.perf_counter()
-        record, candidate = _run_pass(p, current, trt, p.name in settings.force)
-        report.passes.append(record)
-        if candidate is not None:
-            reason = _invalid(candidate.model, full_check)
-            if reason:
-                record.verdict, record.reason = ROLLED_BACK, f"rolled back: the rewritten model is invalid ({reason})"
-            elif settings.verify:
-                results = _verify(candidate.model, feeds, baseline, settings, record, counter)
-                if record.verdict == KEPT:
-                    current, current_results = candidate.model, results
-            else:
-                record.verdict = UNVERIFIED
-                current = candidate.model
-        record.seconds = round(time.perf_counter() - t0, 4)
-        if settings.strict and record.verdict in (ROLLED_BACK, ERROR):
-            report.sessions = counter.count
-            raise StrictFailure(f"--strict: pass {p.name} {record.verdict}: {record.reason}", source)
-
+    step("importing the graph")
+    graph = to_graph(model)
+    gc.freeze()
+    try:
+        log = EditLog()
+        if settings.verify and settings.verify_each:
+            return _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step)
+        for p in chosen:
+            step(f"pass {p.name}")
+            _run_passes(graph, [p], settings, log, report)
+        baseline = final_results = None
+        if settings.verify:
+            step("verifying rewrites on onnxruntime")
+            baseline, final_results, fell_back = _verify_regions(model, graph, log, settings, report, feeds, counter, source)
+            if fell_back:
+                gc.unfreeze()
+                report.passes.clear()
+                report.nodes.clear()
+                counter.count = 0
+                report.verification = "pass by pass (fallback: the end-to-end run disagreed although every region agreed)"
+                return _verify_each(model, to_graph(model), chosen, settings, report, feeds, counter, EditLog(), start, step)
+        step("exporting the fixed model")
+        fixed = to_model(graph, model) if log.edits else model
+    finally:
+        gc.unfreeze()
     report.sessions = counter.count
     if settings.trt is not None:
-        report.trt = _trt_summary(model, current, settings.trt)
+        report.trt = _trt_summary(model, fixed, settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
-    return Outcome(current, report, feeds, baseline, current_results)
+    return Outcome(fixed, report, feeds, baseline, final_results)
 
 
-def _run_pass(p: Pass, model: onnx.ModelProto, trt: TrtVersion | None, force: bool) -> tuple[PassRecord, PassResult | None]:
-    record = PassRecord(p.name, UNCHANGED)
+def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: str | None) -> list[dict[str, np.ndarray]]:
+    if settings.feeds:
+        report.shapes = {"reason": "loaded with --load-inputs", "shapes": []}
+        return settings.feeds
+    session = None
+
+    def runs(shapes: dict) -> str | None:
+        nonlocal session
+        try:
+            feed = verify.make_inputs(model, shapes, settings.val_range, settings.seed, 1)
+            if session is None:
+                session = verify.session(model)
+                report.search_sessions += 1
+            session.run(None, feed[0])
+        except GraphfixError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
+            return first_line(exc)
+        return None
+
+    choice = shapes_mod.choose(model, settings.input_shapes, runs, source)
+    for extra in settings.profile_shapes:
+        full = {**choice.shapes[0], **extra}
+        if full in choice.shapes:
+            continue
+        try:
+            error = runs(full)
+        except GraphfixError as exc:
+            error = str(exc)
+        if error is None:
+            choice.shapes.append(full)
+        else:
+            report.notes.append(f"profile shapes {shapes_mod.describe(full)} not verified: onnxruntime cannot run them ({error})")
+    report.shapes = {"reason": choice.reason, "tried": choice.tried,
+                     "shapes": [{k: list(v) for k, v in s.items()} for s in choice.shapes]}
+    feeds = []
+    for s in choice.shapes:
+        feeds += verify.make_inputs(model, s, settings.val_range, settings.seed, settings.iterations)
+    return feeds
+
+
+def _verify_regions(model, graph, log, settings, report, feeds, counter, source):
+    """Probe session + end-to-end session. Returns (baseline, final, fell_back)."""
+    originals = regions_mod.original_names(model)
+    regs = regions_mod.regions(log.edits, graph, originals)
+    probe = regions_mod.probe_model(model, regs)
     try:
-        result = p.apply(model, trt=trt, force=force)
-    except GraphfixError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a buggy pass must not take the user's run down
-        record.verdict, record.reason = ERROR, f"rolled back: the pass raised {type(exc).__name__}: {first_line(exc)}"
-        return record, None
-    record.matched, record.rewritten = result.matched, result.rewritten
-    record.nodes_before, record.nodes_after = result.nodes_before, result.nodes_after
-    record.findings = [f.as_dict() for f in result.findings]
-    return record, (result if result.changed else None)
+        probe_results = verify.run(probe, feeds, "graphfix-probe", counter)
+    except Exception as exc:  # noqa: BLE001
+        try:
+            verify.run(model, feeds, "original", counter)
+        except Exception as exc2:  # noqa: BLE001
+            raise GraphfixError(
+                f"onnxruntime cannot run the input model, so rewrites cannot be verified ({first_line(exc2)}); "
+                "fix the inputs (--input-shapes/--val-range/--load-inputs) or use --no-verify", source) from exc2
+        report.notes.append(f"the probe model could not run ({first_line(exc)}); checking pass by pass")
+        return None, None, True
+    by_pass = {r.name: r for r in report.passes}
+    for r in regs:
+        records = verify.region_diffs(probe_results, r.probes, settings.atol, settings.rtol) if not r.unchecked else {}
+        bad = {k: d for k, d in records.items() if not d.passed}
+        entry = {"passes": r.passes, "nodes": [f"{e.node.op} '{e.node.name}'" for e in r.edits],
+                 "outputs": {k: d.as_dict() for k, d in records.items()}, "verdict": ROLLED_BACK if bad else KEPT,
+                 "checked": r.unchecked or "on its own, on the original model's tensors",
+                 "diagram": regions_mod.diagram(r)}
+        report.nodes.append(entry)
+        for name in r.passes:
+            rec = by_pass[name]
+            for k, d in records.items():
+                prev = rec.outputs.get(k)
+                if prev is None or d.max_abs > prev["max_abs"]:
+                    rec.outputs[k] = d.as_dict()
+        if bad:
+            if settings.strict:
+                raise StrictFailure(f"--strict: {', '.join(entry['nodes'])} ({', '.join(r.passes)}) would be rolled back", source)
+            r.undo()
+            worst = ", ".join(f"{k} (max abs {d.max_abs:.3g}, max rel {d.max_rel:.3g})" for k, d in bad.items())
+            for name in r.passes:
+                rec = by_pass[name]
+                rec.rolled_back_nodes += len([e for e in r.edits if e.pass_name == name])
+                rec.reason = (rec.reason + "; " if rec.reason else "rolled back: ") + f"{', '.join(entry['nodes'])}: outputs differ: {worst}"
+    for rec in report.passes:
+        if rec.verdict == UNVERIFIED:
+            rec.verdict = ROLLED_BACK if rec.rolled_back_nodes >= rec.rewritten else KEPT
+    baseline = verify.select_outputs(probe_results, [o.name for o in model.graph.output])
+    live = [e for e in log.edits if not e.undone]
+    if not live:
+        return baseline, baseline, False
+    fixed = to_model(graph, model)
+    invalid = _invalid(fixed, passes_full_check(model))
+    if invalid:
+        report.notes.append(f"the fixed model is invalid ({invalid}); checking pass by pass")
+        return baseline, None, True
+    try:
+        final = verify.run(fixed, feeds, "graphfix-fixed", counter)
+    except Exception as exc:  # noqa: BLE001
+        report.notes.append(f"onnxruntime cannot run the fixed model ({first_line(exc)}); checking pass by pass")
+        return baseline, None, True
+    diffs = verify.compare(baseline, final, settings.atol, settings.rtol)
+    report.final = {k: d.as_dict() for k, d in diffs.items()}
+    if not all(d.passed for d in diffs.values()):
+        return baseline, None, True
+    return baseline, final, False
+
+
+def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step) -> Outcome:
+    """Whole-pass checking: one session for the input plus one per changed pass (debugging, fallback)."""
+    if not report.verification:
+        report.verification = "pass by pass (--verify-each)"
+    baseline = verify.run(model, feeds, "original", counter)
+    full_check = passes_full_check(model)
+    state = {"results": baseline}
+
+    def check(record: PassRecord, edits) -> None:
+        candidate = to_model(graph, model)
+        reason = _invalid(candidate, full_check)
+        results = None
+        if not reason:
+            try:
+                results = verify.run(candidate, feeds, record.name, counter)
+            except Exception as exc:  # noqa: BLE001
+                reason = f"onnxruntime cannot run the rewritten model ({first_line(exc)})"
+        if results is not None:
+            diffs = verify.compare(baseline, results, settings.atol, settings.rtol)
+            record.outputs = {k: d.as_dict() for k, d in diffs.items()}
+            bad = [k for k, d in diffs.items() if not d.passed]
+            if bad:
+                reason = "outputs differ beyond atol={:g}/rtol={:g}: {}".format(settings.atol, settings.rtol, ", ".join(
+                    f"{k} (max abs {diffs[k].max_abs:.3g}, max rel {diffs[k].max_rel:.3g}{'; ' + diffs[k].note if diffs[k].note else ''})" for k in bad))
+        if reason:
+            for e in reversed(edits):
+                e.undo()
+            record.verdict, record.reason = ROLLED_BACK, f"rolled back: {reason}"
+            record.nodes_after = record.nodes_before
+        else:
+            record.verdict = KEPT
+            state["results"] = results
+
+    for p in chosen:
+        step(f"pass {p.name}")
+        _run_passes(graph, [p], settings, log, report, after_pass=check)
+    fixed = to_model(graph, model) if any(not e.undone for e in log.edits) else model
+    report.sessions = counter.count
+    if settings.trt is not None:
+        report.trt = _trt_summary(model, fixed, settings.trt)
+    report.seconds = round(time.perf_counter() - start, 4)
+    return Outcome(fixed, report, feeds, baseline, state["results"])
 
 
 def _invalid(model: onnx.ModelProto, full_check: bool) -> str | None:
@@ -162,24 +373,6 @@ def _invalid(model: onnx.ModelProto, full_check: bool) -> str | None:
     except Exception as exc:  # noqa: BLE001
         return first_line(exc)
     return None
-
-
-def _verify(model, feeds, baseline, settings: Settings, record: PassRecord, counter) -> Any:
-    try:
-        results = verify.run(model, feeds, record.name, counter)
-    except Exception as exc:  # noqa: BLE001
-        record.verdict, record.reason = ROLLED_BACK, f"rolled back: onnxruntime cannot run the rewritten model ({first_line(exc)})"
-        return None
-    diffs = verify.compare(baseline, results, settings.atol, settings.rtol)
-    record.outputs = {k: d.as_dict() for k, d in diffs.items()}
-    bad = [k for k, d in diffs.items() if not d.passed]
-    if bad:
-        worst = ", ".join(f"{k} (max abs {diffs[k].max_abs:.3g}, max rel {diffs[k].max_rel:.3g}{'; ' + diffs[k].note if diffs[k].note else ''})" for k in bad)
-        record.verdict = ROLLED_BACK
-        record.reason = f"rolled back: outputs differ beyond atol={settings.atol:g}/rtol={settings.rtol:g}: {worst}"
-        return None
-    record.verdict = KEPT
-    return results
 
 
 def _trt_summary(before: onnx.ModelProto, after: onnx.ModelProto, trt: str) -> dict[str, Any]:

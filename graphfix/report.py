@@ -16,7 +16,7 @@ from typing import Any
 
 from graphfix.model_io import write_atomic
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Verdicts, in the words the table and the JSON use.
 KEPT, UNVERIFIED, UNCHANGED, ROLLED_BACK, ERROR = "kept", "kept-unverified", "unchanged", "rolled-back", "error"
@@ -34,6 +34,7 @@ class PassRecord:
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     findings: list[dict[str, str]] = field(default_factory=list)
     reason: str = ""
+    rolled_back_nodes: int = 0
 
     @property
     def worst(self) -> tuple[str, float, float] | None:
@@ -51,6 +52,13 @@ class Report:
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     passes: list[PassRecord] = field(default_factory=list)
     sessions: int = 0
+    search_sessions: int = 0
+    verification: str = ""
+    shapes: dict[str, Any] = field(default_factory=dict)
+    #: node-level records: one per rewritten region (passes, nodes, outputs, verdict, diagram)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    final: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     trt: dict[str, Any] | None = None
     engine: dict[str, Any] | None = None
@@ -58,7 +66,7 @@ class Report:
 
     @property
     def status(self) -> str:
-        if any(p.verdict in (ROLLED_BACK, ERROR) for p in self.passes):
+        if any(p.verdict in (ROLLED_BACK, ERROR) or p.rolled_back_nodes for p in self.passes):
             return "rolled-back"
         return "ok"
 
@@ -138,6 +146,17 @@ def markdown(report: Report) -> str:
     notes += [f"- **{p.name}**: {f['op']} `{f['node']}` not rewritten: {f['message']}" for p in report.passes for f in p.findings]
     if notes:
         out += ["", "## Findings", "", *notes]
+    if report.shapes:
+        out += ["", "## Verification", "", f"- {report.verification or 'node by node: probe + end-to-end run'}",
+                f"- shapes: {report.shapes.get('reason', '')}"]
+        out += [f"  - `{json.dumps(s)}`" for s in report.shapes.get("shapes", [])]
+        out += [f"- note: {n}" for n in report.notes]
+    if report.nodes:
+        out += ["", "## Rewritten nodes"]
+        for r in report.nodes:
+            diffs = ", ".join(f"`{k}` max abs {_num(d['max_abs'])}" for k, d in r["outputs"].items()) or "-"
+            out += ["", f"### {', '.join(r['nodes'])} — {', '.join(r['passes'])}: **{r['verdict']}**", "",
+                    f"checked {r['checked']}; {diffs}", "", "```mermaid", r["diagram"], "```"]
     if report.trt:
         out += ["", "## TensorRT check", "", "```json", json.dumps(report.trt, indent=2), "```"]
     return "\n".join(out) + "\n"

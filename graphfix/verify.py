@@ -56,6 +56,18 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def parse_shape_sets(items: list[str] | None) -> list[dict[str, tuple[int, ...]]]:
+    """Repeated ``--input-shapes``: an occurrence that names an input again starts another shape set
+    (each set is verified); occurrences naming different inputs add to the same set."""
+    sets: list[dict[str, tuple[int, ...]]] = []
+    for item in items or []:
+        shapes = parse_input_shapes([item])
+        if not sets or set(shapes) & set(sets[-1]):
+            sets.append({})
+        sets[-1].update(shapes)
+    return sets
+
+
 def parse_val_ranges(items: list[str] | None) -> dict[str, tuple[float, float]]:
     """polygraphy style: ``name:[lo,hi]``."""
     ranges: dict[str, tuple[float, float]] = {}
@@ -159,6 +171,13 @@ class SessionCounter:
         self.count = 0
 
 
+def session(model: onnx.ModelProto):
+    """A bare onnxruntime CPU session (the candidate-shape search)."""
+    import onnxruntime as ort
+
+    return ort.InferenceSession(runtime_compatible(model).SerializeToString(), providers=["CPUExecutionProvider"])
+
+
 def run(model: onnx.ModelProto, feeds: Feeds, name: str, counter: SessionCounter | None = None) -> RunResults:
     """One onnxruntime session for ``model``, run on every feed."""
     if any(n.op_type == "ATen" for n in model.graph.node):  # onnxruntime has no ATen kernels
@@ -171,6 +190,50 @@ def run(model: onnx.ModelProto, feeds: Feeds, name: str, counter: SessionCounter
         counter.count += 1
     with quiet_polygraphy():
         return Comparator.run([runner], data_loader=feeds)
+
+
+def select_outputs(results: RunResults, names: list[str]) -> RunResults:
+    """The same run restricted to ``names`` (the probe's original outputs are the baseline)."""
+    out = RunResults()
+    for runner, its in results:
+        out.append((runner, [IterationResult({k: it[k] for k in names if k in it}, runtime=it.runtime, runner_name=it.runner_name) for it in its]))
+    return out
+
+
+def region_diffs(results: RunResults, probes: dict[str, str], atol: float, rtol: float) -> dict[str, OutputDiff]:
+    """Per original tensor a region recomputes: original vs rewritten value, over every feed.
+
+    Same rule as polygraphy's SimpleCompareFunc (an element passes when its absolute difference
+    is <= atol or its relative difference is <= rtol; NaN where the original has NaN agrees), in
+    plain numpy: polygraphy formats every array it compares, which dominates on many regions.
+    """
+    diffs: dict[str, OutputDiff] = {}
+    for it in iterations(results):
+        for name, probe in probes.items():
+            cur = _numpy_diff(np.asarray(it[name]), np.asarray(it[probe]), atol, rtol)
+            prev = diffs.get(name)
+            diffs[name] = cur if prev is None else OutputDiff(
+                max(prev.max_abs, cur.max_abs), max(prev.max_rel, cur.max_rel), prev.passed and cur.passed, prev.note or cur.note)
+    return diffs
+
+
+def _numpy_diff(ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float) -> OutputDiff:
+    if ref.shape != cand.shape or ref.dtype != cand.dtype:
+        return OutputDiff(float("inf"), float("inf"), False, f"{ref.dtype}{list(ref.shape)} became {cand.dtype}{list(cand.shape)}")
+    ref, cand, nan_note = _align_nans(ref, cand)
+    if nan_note:
+        return OutputDiff(float("nan"), float("nan"), False, nan_note)
+    if ref.size == 0:
+        return OutputDiff(0.0, 0.0, True)
+    if ref.dtype.kind in "biu":
+        ref, cand = ref.astype(np.float64), cand.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        a, b = ref.astype(np.float64), cand.astype(np.float64)
+        same = (a == b)  # equal infinities agree
+        absdiff = np.where(same, 0.0, np.abs(a - b))
+        reldiff = np.where(same, 0.0, absdiff / np.abs(a))
+        ok = (absdiff <= atol) | (reldiff <= rtol)
+    return OutputDiff(float(np.nanmax(absdiff)), float(np.nanmax(reldiff)), bool(ok.all()))
 
 
 def iterations(results: RunResults) -> list[IterationResult]:

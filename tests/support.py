@@ -12,12 +12,12 @@ import onnxruntime as ort
 
 from graphfix import passes
 from graphfix.graph import to_graph
-from graphfix.model_io import runtime_compatible
+from graphfix.model_io import runtime_compatible, runtime_limits
 from graphfix.passes.base import Context, PassResult
 from graphfix.verify import make_inputs
 
-#: Newest default-domain opset the installed onnxruntime implements (node test cases are newer).
-ORT_MAX_OPSET = 23
+#: Newest default-domain opset the installed onnxruntime loads (asked of it; node test cases are newer).
+ORT_MAX_OPSET = runtime_limits()[1]
 
 
 def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -93,7 +93,7 @@ def runnable(model: onnx.ModelProto, min_opset: int) -> onnx.ModelProto:
     for imp in m.opset_import:
         if imp.domain in ("", "ai.onnx") and imp.version > ORT_MAX_OPSET:
             imp.version = max(min_opset, ORT_MAX_OPSET)
-    m.ir_version = min(m.ir_version, onnx.helper.find_min_ir_version_for(list(m.opset_import)) + 0, 10)
+    m.ir_version = min(m.ir_version, max(onnx.helper.find_min_ir_version_for(list(m.opset_import)), 7), runtime_limits()[0])
     return m
 
 

@@ -38,7 +38,8 @@ def test_main_job_writes_model_table_and_reports(src, tmp_path, capsys):
     assert not any(n.op_type == "Cast" for n in onnx.load(str(dst)).graph.node)
     data = json.loads((tmp_path / "r.json").read_text())
     clip = next(p for p in data["passes"] if p["name"] == "fold-clip")
-    assert clip["verdict"] == "kept" and clip["rewritten"] == 1 and clip["outputs"]["descriptors"]["max_abs"] <= 1e-6
+    assert clip["verdict"] == "kept" and clip["rewritten"] == 1 and max(o["max_abs"] for o in clip["outputs"].values()) <= 1e-6
+    assert data["final"]["descriptors"]["max_abs"] <= 1e-6 and data["schema"] == 2
     assert data["sessions"] >= 2 and data["status"] == "ok"
     assert "| fold-clip |" in (tmp_path / "r.md").read_text()
     # polygraphy can read what we wrote
@@ -152,14 +153,12 @@ def test_verbose_shows_traceback(tmp_path):
 
 def test_strict_exit_code(src, tmp_path, monkeypatch, capsys):
     """--strict turns a rollback into exit 1 with nothing written."""
-    import graphfix.pipeline as pipeline
+    from graphfix.passes.base import Pass
 
-    def failing(p, model, trt, force):
-        from graphfix.report import ERROR, PassRecord
+    def failing(self, graph, trt=None, force=False, log=None):
+        raise RuntimeError("simulated failure")
 
-        return PassRecord(p.name, ERROR, reason="simulated failure"), None
-
-    monkeypatch.setattr(pipeline, "_run_pass", failing)
+    monkeypatch.setattr(Pass, "run_on_graph", failing)
     dst = tmp_path / "out.onnx"
     assert main([str(src), str(dst), "--strict", "--input-shapes", "feat:1x4x2x2"]) == 1
     assert "simulated failure" in capsys.readouterr().err and not dst.exists()

@@ -12,8 +12,9 @@ from fixtures.recipes import fold_clip
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
 from graphfix.errors import GraphfixError
 from graphfix.graph import replace_tensor
-from graphfix.model_io import MAX_IR_VERSION
+from graphfix.model_io import max_ir_version
 from graphfix.passes import Pass
+from graphfix.passes.base import LIMIT, Rule
 from graphfix.pipeline import StrictFailure
 
 
@@ -22,8 +23,13 @@ def _wrong_rewrite(node, ctx):
     replace_tensor(ctx.graph, node.outputs[0], ctx.builder.op("Abs", [node.inputs[0]]))
 
 
-WRONG = Pass("wrong-relu", 1, "deliberately wrong", (), "all", lambda n, c: n.op == "Relu", _wrong_rewrite)
-NOOP = Pass("noop", 2, "matches nothing", (), "all", lambda n, c: False, lambda n, c: None)
+def _test_pass(name: str, order: int, ops: set[str], rewrite, when=None) -> Pass:
+    rule = Rule(LIMIT, "all", f"{name} test pattern", when, evidence="test")
+    return Pass(name, order, name, frozenset(ops), (rule,), rewrite, doc="test pass")
+
+
+WRONG = _test_pass("wrong-relu", 1, {"Relu"}, _wrong_rewrite)
+NOOP = _test_pass("noop", 2, {"Relu"}, lambda n, c: None, when=lambda n, c: False)
 
 
 def _relu_clip_model() -> onnx.ModelProto:
@@ -39,6 +45,7 @@ def test_wrong_pass_is_rolled_back_and_pipeline_goes_on():
     wrong, clip = result.report.passes
     assert wrong.name == "wrong-relu" and wrong.verdict == "rolled-back"
     assert "z" in wrong.reason and wrong.outputs["z"]["passed"] is False and wrong.outputs["z"]["max_abs"] > 0
+    assert result.report.sessions <= 2
     assert clip.verdict == "kept"
     ops = [n.op_type for n in result.model.graph.node]
     assert "Relu" in ops and "Abs" not in ops  # the wrong rewrite is gone, the good one kept
@@ -59,18 +66,20 @@ def test_a_pass_that_raises_is_rolled_back():
     def boom(node, ctx):
         raise ZeroDivisionError("bug in pass")
 
-    broken = Pass("broken", 1, "raises", (), "all", lambda n, c: n.op == "Clip", boom)
+    broken = _test_pass("broken", 1, {"Clip"}, boom)
     result = graphfix.fix(fold_clip.clip_cast_bounds(), [broken, "fold-clip"])
     assert result.report.passes[0].verdict == "error" and "ZeroDivisionError" in result.report.passes[0].reason
     assert result.report.passes[1].verdict == "kept"
 
 
-def test_sessions_one_for_input_plus_one_per_changed_pass():
+def test_sessions_probe_plus_final_whatever_the_pass_count():
     result = graphfix.fix(fold_clip.clip_cast_bounds(), [NOOP, "fold-clip"])
     assert [p.verdict for p in result.report.passes] == ["unchanged", "kept"]
     assert result.report.sessions == 2
     assert graphfix.fix(fold_clip.clip_cast_bounds(), [NOOP]).report.sessions == 1
     assert graphfix.fix(fold_clip.clip_cast_bounds(), "fold-clip", verify=False).report.sessions == 0
+    each = graphfix.fix(fold_clip.clip_cast_bounds(), [NOOP, "fold-clip"], verify_each=True)
+    assert each.report.sessions == 2 and "pass by pass" in each.report.verification
 
 
 def test_no_verify_keeps_unverified():
@@ -84,7 +93,7 @@ def test_written_model_loads_in_onnxruntime_and_keeps_io(tmp_path):
     target = tmp_path / "fixed.onnx"
     graphfix.fix(m, "all", input_shapes={"feat": (1, 4, 6, 5)}, output=target)
     written = onnx.load(str(target))
-    assert written.ir_version <= MAX_IR_VERSION
+    assert written.ir_version <= max_ir_version()
     onnx.checker.check_model(written, full_check=True)
     assert written.graph.input == m.graph.input and written.graph.output == m.graph.output  # names, dtypes, symbolic dims
     feeds = {"feat": np.random.default_rng(0).standard_normal((1, 4, 7, 3)).astype(np.float32)}

@@ -24,18 +24,19 @@ from graphfix import passes
 FIXTURES = [fx for group, fx in all_fixtures() if group == "scatternd_cast"]
 
 
-@pytest.mark.parametrize("fx", [f for f in FIXTURES if not f.finding], ids=lambda fx: fx.name)
+@pytest.mark.parametrize("fx", FIXTURES, ids=lambda fx: fx.name)
 def test_fixture_rewritten_and_equal(fx):
     result = check_fixture(fx, "scatternd-cast", seed=4)
     for n in result.model.graph.node:
         assert not any(a.name == "reduction" for a in n.attribute)
 
 
-def test_runtime_indices_with_reduction_is_a_finding():
-    fx = next(f for f in FIXTURES if f.finding)
-    result = passes.get("scatternd-cast").apply(fx.build())
-    assert result.rewritten == 0 and result.model is not None
-    assert "runtime indices" in result.findings[0].message and "wrong results" in result.findings[0].message
+def test_runtime_index_reductions_are_left_to_scatternd_decompose():
+    from fixtures.recipes.scatternd_decompose import scatter_max_runtime_indices
+
+    m = scatter_max_runtime_indices()
+    assert passes.get("scatternd-cast").apply(m).matched == 0
+    assert passes.get("scatternd-decompose").apply(m, trt="8.6").rewritten == 1
 
 
 def test_int64_is_native_from_trt_9():

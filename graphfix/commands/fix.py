@@ -11,7 +11,7 @@ from graphfix.api import FixResult, fix
 from graphfix.errors import GraphfixError
 from graphfix.model_io import check_output_path
 from graphfix.trt.engine import build_and_compare, command_lines, parse_profile_shapes
-from graphfix.verify import load_inputs, parse_input_shapes, parse_val_ranges
+from graphfix.verify import load_inputs, parse_input_shapes, parse_shape_sets, parse_val_ranges
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,12 +24,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--force", action="append", default=[], metavar="PASS", help="make PASS rewrite even patterns the target accepts")
     v = p.add_argument_group("verification (onnxruntime, before vs after every pass)")
     v.add_argument("--no-verify", action="store_true", help="skip onnxruntime verification (passes are then kept unverified)")
+    v.add_argument("--verify-each", action="store_true", help="check pass by pass (one session per changed pass; for debugging)")
     v.add_argument("--strict", action="store_true", help="exit 1 (writing nothing) instead of rolling back a pass")
     v.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
     v.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
     v.add_argument("--seed", type=int, default=1, help="seed for the random inputs (default 1)")
     v.add_argument("--iterations", type=int, default=1, help="how many random input sets (default 1)")
-    v.add_argument("--input-shapes", action="append", metavar="NAME:1x3x224x224", help="shapes for dynamic inputs (trtexec syntax)")
+    v.add_argument("--input-shapes", action="append", metavar="NAME:1x3x224x224", help="shapes for dynamic inputs (trtexec syntax); repeat to verify at several shapes (default: found by trying)")
     v.add_argument("--val-range", action="append", metavar="NAME:[LO,HI]", help="value range of an input (e.g. indices)")
     v.add_argument("--load-inputs", metavar="FILE", help="inputs from .npz or polygraphy JSON (polygraphy run --save-inputs)")
     t = p.add_argument_group("TensorRT engine (needs graphfix[trt] and a GPU)")
@@ -41,6 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r = p.add_argument_group("reports")
     r.add_argument("--report", action="append", default=[], metavar="FILE", help="write the report: .json (plus polygraphy inputs/outputs files) or .md")
     r.add_argument("--quiet", action="store_true", help="don't print the table")
+
+
+def _profile_sets(args: argparse.Namespace) -> list[dict[str, tuple[int, ...]]]:
+    """The TensorRT profile's min/opt/max shapes, verified too where onnxruntime runs them."""
+    return [parse_input_shapes(flag) for flag in (args.trt_min_shapes, args.trt_opt_shapes, args.trt_max_shapes) if flag]
 
 
 def _split(items: list[str]) -> tuple[str, ...]:
@@ -58,12 +64,39 @@ def run(args: argparse.Namespace) -> int:
         from graphfix.model_io import load_model
 
         inputs = load_inputs(args.load_inputs, load_model(args.input))
-    result = fix(
+    status = _status_line(args)
+    try:
+        result = _run_fix(args, inputs, profile, status)
+    finally:
+        if status is not None:
+            status.close()
+    return _after(result, args, profile)
+
+
+def _status_line(args: argparse.Namespace):
+    """A live status line (tqdm) on a terminal; nothing when piped or --quiet."""
+    if args.quiet or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(file=sys.stderr, bar_format="graphfix: {desc} [{elapsed}]", leave=False)
+
+
+def _run_fix(args: argparse.Namespace, inputs, profile, status) -> FixResult:
+    def step(what: str) -> None:
+        status.set_description_str(what)
+        status.update()
+
+    return fix(
         args.input, args.passes, skip=_split(args.skip), trt=args.trt, force=_split(args.force),
         verify=not args.no_verify, strict=args.strict, atol=args.atol, rtol=args.rtol, seed=args.seed,
-        iterations=args.iterations, input_shapes=parse_input_shapes(args.input_shapes),
+        iterations=args.iterations, input_shapes=parse_shape_sets(args.input_shapes), verify_each=args.verify_each,
+        profile_shapes=_profile_sets(args), progress=step if status is not None else None,
         val_range=parse_val_ranges(args.val_range), inputs=inputs, output=args.output,
     )
+
+
+def _after(result: FixResult, args: argparse.Namespace, profile) -> int:
     engine_error = None
     if args.build or args.trt:
         engine_path = args.build or str(Path(args.output).with_suffix(".engine"))
@@ -83,7 +116,8 @@ def _build(result: FixResult, args: argparse.Namespace, profile) -> dict:
     from graphfix import verify
 
     outcome = result.outcome
-    feeds = outcome.feeds or verify.make_inputs(result.model, result.report.settings["input_shapes"], seed=args.seed)
+    shapes = result.report.shapes.get("shapes") or [{}]
+    feeds = outcome.feeds or verify.make_inputs(result.model, {k: tuple(v) for k, v in shapes[0].items()}, seed=args.seed)
     reference = outcome.final or verify.run(result.model, feeds, "onnxrt")
     tol = 1e-2 if args.fp16 else 1e-3
     return build_and_compare(args.output, args.build, feeds, reference, profile, args.fp16, atol=tol, rtol=tol)

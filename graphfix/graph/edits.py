@@ -66,6 +66,43 @@ class Edit:
         self.undone = True
 
 
+def live_nodes(graph: gs.Graph) -> set[int]:
+    """ids of the nodes of ``graph`` its outputs depend on (replaced nodes are dead until cleanup).
+
+    A node with If/Loop/Scan bodies keeps alive the outer tensors its bodies read.
+    """
+    live: set[int] = set()
+    seen: set[int] = set()
+    stack: list[gs.Tensor] = list(graph.outputs)
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        for producer in t.inputs:
+            if id(producer) in live:
+                continue
+            live.add(id(producer))
+            stack.extend(i for i in producer.inputs if i.name)
+            for value in producer.attrs.values():
+                for sub in value if isinstance(value, list) else [value]:
+                    if isinstance(sub, gs.Graph):
+                        stack.extend(_outer_reads(sub))
+    return live
+
+
+def _outer_reads(graph: gs.Graph) -> list[gs.Tensor]:
+    """Tensors the nodes of a body (and its nested bodies) read."""
+    reads: list[gs.Tensor] = []
+    for node in graph.nodes:
+        reads.extend(i for i in node.inputs if i.name)
+        for value in node.attrs.values():
+            for sub in value if isinstance(value, list) else [value]:
+                if isinstance(sub, gs.Graph):
+                    reads.extend(_outer_reads(sub))
+    return reads
+
+
 class EditLog:
     """Every edit of a run, in order."""
 

@@ -14,8 +14,8 @@ Rewrite:
   way TensorRT < 9.0 narrows them anyway (verification flags values that do not fit).
 * ``reduction="none"`` is dropped. ``add``/``mul``/``max``/``min`` with constant indices become
   ``ScatterND(data, idx, op(GatherND(data, idx), updates))`` after combining the updates of
-  duplicate indices (so each index is written once): exact. Runtime indices cannot be proven
-  free of duplicates, so they are reported, not rewritten.
+  duplicate indices (so each index is written once): exact. Reductions with runtime indices
+  belong to scatternd-decompose (order 14, a one-hot grid), so this pass does not claim them.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def _int64(node: gs.Node, ctx: Context) -> bool:
 
 
 def _reduction(node: gs.Node, ctx: Context) -> bool:
-    return node.attrs.get("reduction", "none") != "none"
+    """A reduction with constant indices (runtime ones are scatternd-decompose's)."""
+    return node.attrs.get("reduction", "none") != "none" and ctx.folder.value(node.inputs[1]) is not None
 
 
 def _explicit_none(node: gs.Node, ctx: Context) -> bool:
@@ -86,8 +87,8 @@ def _reduced_updates(b: Builder, node: gs.Node, ctx: Context) -> tuple[gs.Tensor
     idx = ctx.folder.value(node.inputs[1])
     if idx is None:
         raise Skip(
-            f"reduction={reduction!r} with runtime indices: duplicates cannot be ruled out, so no exact rewrite; "
-            "TensorRT < 10 ignores the reduction (wrong results) and 10.x rejects it"
+            f"reduction={reduction!r} with runtime indices: duplicates cannot be ruled out, so no exact rewrite here "
+            "(scatternd-decompose rewrites it); TensorRT < 10 ignores the reduction (wrong results) and 10.x rejects it"
         )
     q = idx.shape[-1]
     rows = idx.reshape(-1, q)

@@ -51,8 +51,10 @@ def _compiled() -> list[tuple[dict[str, Any], re.Pattern[str]]]:
     return [(e, re.compile(e["message_regex"])) for e in support.errors()]
 
 
-def _fixing_pass(error_id: str) -> str | None:
-    return next((p.name for p in passes.all_passes() if error_id in p.fixes), None)
+def _fixing_pass(error_id: str, op: str | None = None) -> str | None:
+    """The pass that fixes this error, preferring one that rewrites the op the log names."""
+    fixers = [p for p in passes.all_passes() if error_id in p.fixes]
+    return next((p.name for p in fixers if op in p.ops), fixers[0].name if fixers else None)
 
 
 def _line_at(text: str, start: int, end: int) -> str:
@@ -90,9 +92,10 @@ def match_log(text: str) -> list[ErrorMatch]:
         groups = {k: v for k, v in m.groupdict().items() if v}
         node, op = _node_near(text, m.start())
         rank = 2 if entry["id"] in NOISE else 1 if entry["id"] in GENERIC else 0
+        op = groups.get("op") or op or entry["onnx_op"]
         found.append((rank, m.start(), ErrorMatch(
-            id=entry["id"], op=groups.get("op") or op or entry["onnx_op"], node=node,
-            cause=_first_sentence(entry["pattern"]), fix=entry["fix"], fix_pass=_fixing_pass(entry["id"]),
+            id=entry["id"], op=op, node=node,
+            cause=_first_sentence(entry["pattern"]), fix=entry["fix"], fix_pass=_fixing_pass(entry["id"], op),
             line=line, rank=rank,
         )))
     found.sort(key=lambda item: (item[0], item[1]))

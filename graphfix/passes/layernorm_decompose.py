@@ -1,0 +1,171 @@
+"""layernorm-decompose: LayerNormalization as ReduceMean / Sub / Pow / ReduceMean / Add / Sqrt / Div / Mul / Add.
+
+Why: parsers before 8.6 have no LayerNormalization importer although 8.4/8.5 claim opset 17
+("No importer registered for op: LayerNormalization", the failure of every opset-17 transformer
+export on 8.4/8.5). From 8.6 the importer returns Y only and the model importer asserts
+``node.output().size() <= outputs.size()``, so a node that *lists* Mean or InvStdDev fails with
+"Node has more output tensors than TRT expected, expected output size is 1, actual output size
+is 3" (importer source 8.6 and 10.1, NVIDIA/TensorRT#3457 on 8.6.1, depth-anything-tensorrt#48 on
+10.3; the 10.1+ operator table says "Only output Y may be used"). The dynamo exporter writes
+``native_layer_norm`` as a three-output LayerNormalization, usually with the statistics unused.
+
+How:
+
+* Y only is needed and the target is >= 8.6 (``--trt``): the node is rewritten as the same
+  LayerNormalization with only its Y output (the parser's native normalization layer stays).
+* otherwise the exact two-pass form, the one ``torch.onnx.export`` wrote for ``nn.LayerNorm`` at
+  opset <= 16 (which TensorRT's builder and onnxruntime's LayerNormFusion both recognise):
+  ``D = X - mean(X)``, ``Y = D / sqrt(mean(D ** 2) + epsilon) * Scale + B`` over the axes
+  ``[axis, rank)``. ``E[X**2] - E[X]**2`` (the op's function body) was rejected: it cancels
+  catastrophically for inputs with a large mean. Mean and InvStdDev (``1 / sqrt(...)``) are built
+  only when something reads them.
+* ``stash_type`` 1 with fp16/fp64 X: X is cast to float32, standardised there, cast back, then
+  scaled and shifted in X's type, as the op specifies; Mean/InvStdDev are float32. TensorRT's
+  warning about LayerNorm overflow in FP16 concerns exactly the fp16 Pow/ReduceMean this avoids.
+* Reduction axes: at opset >= 18 ReduceMean takes its axes as an input, which every parser
+  before 10.0 ignores (its ReduceMean importer reads only the attribute and then reduces over all
+  axes: silently wrong). There the mean is ReduceSum (whose axes input the parsers read since
+  opset 13) divided by the element count, unless the target is >= 10.0.
+
+Left out: a ``stash_type`` other than 1 (bfloat16 statistics), bfloat16 X (TensorRT < 9 has no
+BF16 anyway), and a non-negative ``axis`` on a tensor of unknown rank (reported as findings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import Builder, optional_input, replace_tensor, tensor_dtype
+from graphfix.passes.base import LIMIT, NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.trt.versions import TrtVersion
+
+#: First release with a LayerNormalization importer (and the Y-only output restriction).
+IMPORTER = TrtVersion("8.6")
+#: First parser whose ReduceMean/ReduceMax/... importers read an ``axes`` input (opset >= 18).
+AXES_INPUT = TrtVersion("10.0")
+_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_INT_MAX = np.iinfo(np.int64).max
+
+
+def _lists_statistics(node: gs.Node, ctx: Context) -> bool:
+    return len(node.outputs) > 1
+
+
+def used(t: gs.Tensor, ctx: Context) -> bool:
+    """Something reads ``t``: a node (subgraphs included) or the graph's outputs."""
+    return bool(t.name) and (bool(t.outputs) or t in ctx.graph.outputs)
+
+
+def rewrite(node: gs.Node, ctx: Context) -> None:
+    y, stats = node.outputs[0], [t for t in node.outputs[1:] if used(t, ctx)]
+    if ctx.trt is not None and ctx.trt >= IMPORTER and not stats:
+        replace_tensor(ctx.graph, y, ctx.builder.op("LayerNormalization", list(node.inputs), dict(node.attrs)))
+        return
+    x = node.inputs[0]
+    dtype = float_dtype(x)
+    compute = _stash_dtype(node, dtype)
+    rank = len(x.shape) if x.shape is not None else None
+    axis = int(node.attrs.get("axis", -1))
+    if axis >= 0 and rank is None:
+        raise Skip("input rank is unknown and axis is not negative (run shape inference upstream)")
+    first = axis - rank if axis >= 0 and rank is not None else axis  # normalised axes, counted from the end
+    b = ctx.builder
+    xc = x if compute == dtype else b.cast(x, compute)
+    m = standardize(b, xc, list(range(first, 0)), element_count(b, x, first), float(node.attrs.get("epsilon", 1e-5)),
+                    compute, reduce_mean_reads_axes(ctx))
+    out = m.normalized if compute == dtype else b.cast(m.normalized, dtype)
+    scale, bias = optional_input(node, 1), optional_input(node, 2)
+    if scale is not None:
+        out = b.op("Mul", [out, scale])
+    if bias is not None:
+        out = b.op("Add", [out, bias])
+    replace_tensor(ctx.graph, y, out)
+    if len(node.outputs) > 1 and used(node.outputs[1], ctx):
+        replace_tensor(ctx.graph, node.outputs[1], m.mean)
+    if len(node.outputs) > 2 and used(node.outputs[2], ctx):
+        replace_tensor(ctx.graph, node.outputs[2], b.op("Div", [np.array(1, compute), m.std], dtype=compute))
+
+
+def float_dtype(x: gs.Tensor) -> np.dtype:
+    dtype = tensor_dtype(x)
+    if dtype is None:
+        raise Skip("input type is unknown (run shape inference upstream)")
+    if dtype not in _FLOATS:
+        raise Skip(f"{dtype} input is not decomposed (fp16/fp32/fp64 only)")
+    return dtype
+
+
+def _stash_dtype(node: gs.Node, dtype: np.dtype) -> np.dtype:
+    stash = int(node.attrs.get("stash_type", 1))
+    if stash != 1:
+        raise Skip(f"stash_type {stash} (only 1, float32 statistics, is decomposed)")
+    return np.dtype(np.float32)
+
+
+# ------------------------------------------------------------ shared core
+@dataclass(frozen=True)
+class Moments:
+    normalized: gs.Tensor
+    mean: gs.Tensor
+    std: gs.Tensor  # sqrt(var + epsilon)
+
+
+def reduce_mean_reads_axes(ctx: Context) -> bool:
+    """Whether an opset >= 18 ReduceMean (axes as input) is safe for the target."""
+    return ctx.trt is not None and ctx.trt >= AXES_INPUT
+
+
+def element_count(b: Builder, x: gs.Tensor, first: int) -> int | None:
+    """Number of elements in ``x``'s axes ``[first, rank)`` (``first`` < 0), if static."""
+    dims = x.shape[first:] if x.shape is not None else None
+    if dims is None or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in dims):
+        return None
+    return int(np.prod(dims, dtype=np.int64))
+
+
+def standardize(b: Builder, x: gs.Tensor, axes: list[int], count: int | None, eps: float, dtype: np.dtype,
+                axes_input_ok: bool) -> Moments:
+    """(x - mean) / sqrt(mean((x - mean) ** 2) + eps) over ``axes`` (negative, the trailing ones).
+
+    ``count`` is the number of reduced elements (None: computed from ``x``'s shape at runtime);
+    it is only needed where ReduceMean cannot be used (opset >= 18 and parsers before 10.0).
+    """
+    divisor: list[gs.Tensor | np.ndarray] = []
+
+    def mean(t: gs.Tensor) -> gs.Tensor:
+        if b.opset < 18 or axes_input_ok:
+            return b.reduce("ReduceMean", t, axes, dtype=dtype)
+        if not divisor:
+            divisor.append(np.array(count, dtype) if count is not None else _runtime_count(b, x, axes[0], dtype))
+        return b.op("Div", [b.reduce("ReduceSum", t, axes, dtype=dtype), divisor[0]], dtype=dtype)
+
+    mu = mean(x)
+    dev = b.op("Sub", [x, mu], dtype=dtype)
+    var = mean(b.op("Pow", [dev, np.array(2, dtype)], dtype=dtype))
+    std = b.op("Sqrt", [b.op("Add", [var, np.array(eps, dtype)], dtype=dtype)], dtype=dtype)
+    return Moments(b.op("Div", [dev, std], dtype=dtype), mu, std)
+
+
+def _runtime_count(b: Builder, x: gs.Tensor, first: int, dtype: np.dtype) -> gs.Tensor:
+    """prod(shape(x)[first:]) as a ``dtype`` scalar (ReduceProd without axes reduces everything)."""
+    dims = b.cast(b.slice(b.shape(x), [first], [_INT_MAX], axes=[0]), dtype)
+    return b.op("ReduceProd", [dims], {"keepdims": 0}, dtype=dtype)
+
+
+PASS = Pass(
+    name="layernorm-decompose",
+    order=30,
+    summary="Rewrite LayerNormalization into ReduceMean/Sub/Pow/Sqrt/Div/Mul/Add (or drop unused Mean/InvStdDev outputs on >= 8.6).",
+    ops=frozenset({"LayerNormalization"}),
+    rules=(
+        Rule(NO_IMPORTER, "<8.6", "no LayerNormalization importer (8.4/8.5 claim opset 17 without one)",
+             error="layernormalization-not-supported", evidence="operator table; importer source 8.4-8.5"),
+        Rule(LIMIT, ">=8.6", "Mean/InvStdDev outputs listed: only Y is imported (\"Node has more output tensors than TRT expected\")",
+             _lists_statistics, evidence="importer source 8.6/10.1; NVIDIA/TensorRT#3457; operator table 10.1+"),
+    ),
+    rewrite=rewrite,
+    doc=__doc__ or "",
+)

@@ -1,0 +1,135 @@
+"""scatterelements-decompose: ScatterElements as Gathers (constant indices) or a per-row one-hot grid.
+
+Why: ``scatter_``, ``scatter_add_``, ``scatter_reduce`` and ``index_put_`` along one axis export to
+ScatterElements, which TensorRT parsers before 8.2 do not import (plugin lookup fails). Parsers
+8.2-9.3 import it but silently ignore ``reduction`` (add/mul, opset 16; max/min, opset 18): a
+plain overwrite, wrong results (importer source 8.2/8.6/9.3). From 10.0 the reductions go through
+a plugin and are accepted, so the pass leaves them alone there.
+
+How:
+
+* constant indices, static data shape: every element gets a constant flat source index, the
+  output is ``Gather(Concat(flat data, flat updates), map)``; reductions gather each target's
+  updates into a padded table and ReduceX it (see graphfix/passes/_indexing.py). Exact; the last
+  duplicate wins for ``none``, as in onnxruntime.
+* runtime indices: the axis is moved last; for every position of the other axes (the "row") a
+  one-hot grid ``Equal(arange(D)[:, None], idx[..., None, :])`` of D x I (D = data's axis length,
+  I = indices' axis length) — never (data size) x (indices size). ``none``: the last writer by
+  ReduceMax of ``Where(grid, t + 1, 0)`` and one Gather; reductions: ``ReduceX(Where(grid,
+  updates, neutral))`` and ``Where(hit, data op reduced, data)``. Where the indices cover fewer
+  rows than the data, the rest of the data is sliced off first and concatenated back.
+
+Memory: the grid holds rows x D x I elements (BOOL, plus float32 for ``none``); above 2^25 with
+static shapes the node is reported, not rewritten. Float add/mul with duplicate targets sum in a
+different order than onnxruntime's sequential loop (last-bit differences).
+
+Left out: ScatterElements on BOOL/INT8 data for >= 8.2 (a type issue, not a missing importer).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import Builder, replace_tensor, static_shape, tensor_dtype
+from graphfix.passes._indexing import (
+    MAX_MAP_ENTRIES,
+    Dim,
+    as_int64,
+    check_grid,
+    check_reduction,
+    dims_of,
+    known_nonnegative,
+    mul,
+    normalized,
+    restore_shape,
+    same_dim,
+    scatter_rows_constant,
+    scatter_rows_runtime,
+    shape_tensor,
+)
+from graphfix.passes.base import NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule, Skip
+
+_INT_MAX = np.iinfo(np.int64).max
+
+
+def _reduction(node: gs.Node, ctx: Context) -> bool:
+    return node.attrs.get("reduction", "none") != "none"
+
+
+def rewrite(node: gs.Node, ctx: Context) -> None:
+    data, indices, updates = node.inputs
+    reduction = str(node.attrs.get("reduction", "none"))
+    dtype = tensor_dtype(data)
+    check_reduction(reduction, dtype)
+    if data.shape is None or indices.shape is None:
+        raise Skip("input ranks are unknown (run shape inference upstream)")
+    rank = len(data.shape)
+    axis = int(node.attrs.get("axis", 0)) % rank
+    b = ctx.builder
+    shape = static_shape(data)
+    value = ctx.folder.value(indices)
+    if value is not None and shape is not None and int(np.prod(shape, dtype=np.int64)) <= MAX_MAP_ENTRIES:
+        out = _constant(b, data, updates, np.asarray(value, np.int64), shape, axis, reduction, dtype)  # type: ignore[arg-type]
+    else:
+        out = _runtime(b, ctx, data, indices, updates, axis, reduction, dtype)  # type: ignore[arg-type]
+    replace_tensor(ctx.graph, node.outputs[0], out)
+
+
+def _constant(b: Builder, data: gs.Tensor, updates: gs.Tensor, idx: np.ndarray, shape: tuple[int, ...], axis: int,
+              reduction: str, dtype: np.dtype) -> gs.Tensor:
+    size = shape[axis]
+    fixed = np.where(idx < 0, idx + size, idx)
+    if np.any(fixed < 0) or np.any(fixed >= size):
+        raise Skip("constant indices out of range (the original node fails at runtime too)")
+    coords = np.indices(idx.shape, dtype=np.int64)
+    coords[axis] = fixed
+    lin = np.ravel_multi_index(tuple(coords.reshape(len(shape), -1)), shape).astype(np.int64)
+    total = int(np.prod(shape, dtype=np.int64))
+    data1 = b.reshape(data, np.array([total, 1], np.int64))
+    upd1 = b.reshape(updates, np.array([lin.size, 1], np.int64))
+    return restore_shape(b, scatter_rows_constant(b, data1, upd1, lin, total, reduction, dtype), data)
+
+
+def _runtime(b: Builder, ctx: Context, data: gs.Tensor, indices: gs.Tensor, updates: gs.Tensor, axis: int,
+             reduction: str, dtype: np.dtype) -> gs.Tensor:
+    rank = len(data.shape)
+    perm = [j for j in range(rank) if j != axis] + [axis]
+    moved = axis != rank - 1
+    ddims, idims = dims_of(b, data), dims_of(b, indices)
+    ddims, idims = [ddims[p] for p in perm], [idims[p] for p in perm]
+    same = [same_dim(data.shape[p], indices.shape[p]) for p in perm[:-1]]
+    check_grid("rows x data axis x indices axis", mul(b, *idims[:-1]), ddims[-1], idims[-1])
+    nonneg = known_nonnegative(indices, ctx.folder)
+    data_t, idx_t, upd_t = (b.transpose(t, perm) if moved else t for t in (data, as_int64(b, indices), updates))
+    cut = [j for j, s in enumerate(same) if not s]  # axes where the indices cover fewer rows than the data
+    sub = _slice(b, data_t, [0] * len(cut), [idims[j] for j in cut], cut) if cut else data_t
+    lin = normalized(b, idx_t, ddims[-1], nonneg)
+    out3 = scatter_rows_runtime(b, b.unsqueeze(sub, [-1]), b.unsqueeze(upd_t, [-1]), lin, ddims[-1], idims[-1],
+                                reduction, dtype, batch=idims[:-1])
+    out = b.squeeze(out3, [-1])
+    for n in reversed(range(len(cut))):  # put back the data rows no index reaches, last axis first
+        earlier, j = cut[:n], cut[n]
+        rest = _slice(b, data_t, [0] * n + [idims[j]], [idims[e] for e in earlier] + [_INT_MAX], [*earlier, j])
+        out = b.concat([out, rest], j)
+    return b.transpose(out, list(np.argsort(perm))) if moved else out
+
+
+def _slice(b: Builder, x: gs.Tensor, starts: list[Dim], ends: list[Dim], axes: list[int]) -> gs.Tensor:
+    return b.slice(x, shape_tensor(b, starts), shape_tensor(b, ends), axes=axes)
+
+
+PASS = Pass(
+    name="scatterelements-decompose",
+    order=15,
+    summary="Rewrite ScatterElements (any reduction) as Gathers over Concat(data, updates), or a per-row one-hot grid.",
+    ops=frozenset({"ScatterElements"}),
+    rules=(
+        Rule(NO_IMPORTER, "<8.2-EA", "no ScatterElements importer", error="unsupported-op-plugin-fallback-generic",
+             evidence="operator table (ScatterElements from 8.2-EA)"),
+        Rule(WRONG_RESULTS, ">=8.2-EA,<10.0", "reduction attribute silently ignored (plain overwrite)", _reduction,
+             evidence="importer source 8.2/8.6/9.3 (no error: a wrong result)"),
+    ),
+    rewrite=rewrite,
+    doc=__doc__ or "",
+)

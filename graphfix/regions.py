@@ -1,0 +1,195 @@
+"""Node-level verification: every rewrite checked on its own, all of them in one onnxruntime run.
+
+After the passes have run on the shared graph, the edits are grouped into *regions*: the nodes a
+rewrite added (plus the matched node when it was changed in place), merged with any other edit
+they read from. A region reads tensors of the original model and recomputes tensors of the
+original model (rewrites keep names). The *probe* model is the original model plus a renamed copy
+of every region, its inputs wired to the original tensors: one onnxruntime session computes the
+original outputs and, for every region, the original and the rewritten value of each tensor it
+replaces. A region whose values differ is undone alone (node-level rollback); a final end-to-end
+run of the fixed model (the second session) confirms the whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import helper, numpy_helper
+from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
+
+from graphfix.graph.convert import all_graphs
+from graphfix.graph.edits import Edit, live_nodes
+
+
+@dataclass(eq=False)
+class Region:
+    key: int
+    edits: list[Edit]
+    nodes: list[gs.Node] = field(default_factory=list)
+    #: original tensor names this region recomputes
+    outputs: list[str] = field(default_factory=list)
+    #: why it can only be checked end to end ("" when it is checked on its own)
+    unchecked: str = ""
+    #: probe output name of the rewritten value, per original tensor name
+    probes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def passes(self) -> list[str]:
+        return list(dict.fromkeys(e.pass_name for e in self.edits))
+
+    def undo(self) -> None:
+        for e in reversed(self.edits):
+            e.undo()
+
+
+def original_names(model: onnx.ModelProto) -> set[str]:
+    g = model.graph
+    names = {i.name for i in g.input} | {t.name for t in g.initializer}
+    for n in g.node:
+        names.update(o for o in n.output if o)
+    return names
+
+
+def regions(edits: list[Edit], graph: gs.Graph, originals: set[str]) -> list[Region]:
+    """Group live edits into independently checkable regions (union-find over shared new tensors)."""
+    live = [e for e in edits if not e.undone]
+    parent = list(range(len(live)))
+
+    def find(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    owner: dict[int, int] = {}
+    for k, e in enumerate(live):
+        for n in e.added:
+            owner[id(n)] = k
+    for k, e in enumerate(live):
+        if id(e.node) in owner and owner[id(e.node)] != k:
+            parent[find(k)] = find(owner[id(e.node)])
+        for n in e.added:
+            for t in n.inputs:
+                producer = t.inputs[0] if isinstance(t, gs.Variable) and t.inputs else None
+                if producer is not None and id(producer) in owner:
+                    parent[find(k)] = find(owner[id(producer)])
+    groups: dict[int, list[Edit]] = {}
+    for k, e in enumerate(live):
+        groups.setdefault(find(k), []).append(e)
+
+    alive = set().union(*(live_nodes(g) for g in all_graphs(graph)))
+    out: list[Region] = []
+    for key, group in enumerate(groups.values()):
+        region = Region(key, group)
+        members = {id(n): n for e in group for n in [*e.added, e.node] if id(n) in alive}
+        region.nodes = _toposorted(list(members.values()))
+        if any(e.in_subgraph for e in group):
+            region.unchecked = "inside an If/Loop body (checked end to end)"
+        produced = {t.name for n in region.nodes for t in n.outputs}
+        for n in region.nodes:
+            for t in n.inputs:
+                if t.name and not isinstance(t, gs.Constant) and t.name not in produced and t.name not in originals:
+                    region.unchecked = region.unchecked or f"reads {t.name!r}, which the original model does not compute"
+        region.outputs = [t.name for n in region.nodes for t in n.outputs if t.name in originals]
+        if not region.outputs and not region.unchecked:
+            region.unchecked = "recomputes no tensor of the original model"
+        out.append(region)
+    return out
+
+
+def _toposorted(nodes: list[gs.Node]) -> list[gs.Node]:
+    """Kahn's order within a region (an edited node may read what a later-built node computes)."""
+    producer = {id(t): n for n in nodes for t in n.outputs}
+    deps = {id(n): {id(producer[id(t)]) for t in n.inputs if id(t) in producer} - {id(n)} for n in nodes}
+    done: set[int] = set()
+    order: list[gs.Node] = []
+    pending = list(nodes)
+    while pending:
+        ready = [n for n in pending if deps[id(n)] <= done]
+        if not ready:
+            return order + pending
+        for n in ready:
+            done.add(id(n))
+            order.append(n)
+        pending = [n for n in pending if id(n) not in done]
+    return order
+
+
+def probe_model(original: onnx.ModelProto, regs: list[Region]) -> onnx.ModelProto:
+    """The original model plus a renamed copy of each checkable region, both values exposed."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(original)
+    g = probe.graph
+    initializers = {t.name for t in g.initializer}
+    exposed = {o.name for o in g.output}
+
+    def expose(name: str) -> None:
+        if name not in exposed:
+            g.output.append(helper.make_empty_tensor_value_info(name))
+            exposed.add(name)
+
+    for r in regs:
+        if r.unchecked:
+            continue
+        prefix = f"gf.probe{r.key}/"
+        rename: dict[str, str] = {}
+        for n in r.nodes:
+            for t in n.outputs:
+                rename[t.name] = prefix + t.name
+            for t in n.inputs:
+                if isinstance(t, gs.Constant) and t.name not in initializers and t.name not in rename:
+                    rename[t.name] = prefix + t.name
+                    g.initializer.append(numpy_helper.from_array(np.asarray(t.values), prefix + t.name))
+        for n in r.nodes:
+            proto = OnnxExporter.export_node(n)
+            proto.name = prefix + (proto.name or n.op)
+            proto.input[:] = [rename.get(i, i) for i in proto.input]
+            proto.output[:] = [rename.get(o, o) for o in proto.output]
+            g.node.append(proto)
+        for name in r.outputs:
+            r.probes[name] = rename[name]
+            expose(name)
+            expose(rename[name])
+    return probe
+
+
+# ------------------------------------------------------------------------ report diagrams
+_MAX_DIAGRAM_NODES = 24
+
+
+def _label(t: gs.Tensor) -> str:
+    dtype = "?" if t.dtype is None else str(np.dtype(t.dtype)) if not isinstance(t.dtype, int) else str(t.dtype)
+    shape = "?" if t.shape is None else "[" + ",".join(str(d) for d in t.shape) + "]"
+    return f"{t.name}: {dtype}{shape}".replace('"', "'")
+
+
+def _flow(prefix: str, nodes: list[tuple[str, list[gs.Tensor], list[gs.Tensor]]]) -> list[str]:
+    lines, ids = [], {}
+
+    def tid(t: gs.Tensor) -> str:
+        if t.name not in ids:
+            ids[t.name] = f"{prefix}t{len(ids)}"
+            shape = "[(" if isinstance(t, gs.Constant) else '(["'
+            lines.append(f'    {ids[t.name]}{shape}"{_label(t)}"' + (")]" if isinstance(t, gs.Constant) else '"])'))
+        return ids[t.name]
+
+    for k, (op, ins, outs) in enumerate(nodes[:_MAX_DIAGRAM_NODES]):
+        nid = f"{prefix}n{k}"
+        lines.append(f'    {nid}["{op}"]')
+        lines += [f"    {tid(t)} --> {nid}" for t in ins if t.name and not (isinstance(t, gs.Constant) and t.values.size > 16)]
+        lines += [f"    {nid} --> {tid(t)}" for t in outs]
+    if len(nodes) > _MAX_DIAGRAM_NODES:
+        lines.append(f'    {prefix}more["... {len(nodes) - _MAX_DIAGRAM_NODES} more nodes"]')
+    return lines
+
+
+def diagram(region: Region) -> str:
+    """A Mermaid before/after flowchart of one rewritten region (tensor names, dtypes, shapes)."""
+    before = [(f"{e.saved[0]} {e.node.name}".strip(), e.saved[1], e.saved[2]) for e in region.edits]
+    after = [(f"{n.op} {n.name}".strip(), list(n.inputs), list(n.outputs)) for n in region.nodes]
+    lines = ["flowchart LR", '  subgraph before["before"]', *_flow("b", before), "  end",
+             '  subgraph after["after"]', *_flow("a", after), "  end"]
+    return "\n".join(lines)

@@ -1,0 +1,149 @@
+"""Verification shapes for dynamic inputs, found from what the model says and what actually runs.
+
+Setting every dynamic dim to 1 breaks real exports: a SuperPoint head reshapes H into 8x8 cells
+(the dynamo exporter writes the dim as ``8*hc``), reflect padding needs length >= 2, window
+attention needs multiples of the window. So the dims are read as expressions over symbols
+(``8*hc``, ``2*s0 + 1``; a plain name is a symbol; dims sharing a name share a value; an unnamed
+dynamic dim is its own symbol), the symbols are set from a short ladder of candidate sizes, and
+each candidate is tried on one onnxruntime session of the input model (a session runs any shape)
+until one runs. Two distinct shapes are kept when the model is dynamic: the smallest that runs
+and a larger one, because one shape hides shape bugs (a rewrite that is only right at n = 1).
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from dataclasses import dataclass
+
+import onnx
+
+from graphfix.errors import GraphfixError
+from graphfix.model_io import first_line
+
+#: Values tried for every free symbol, in order (multiples of 2, 3 and 7 for cells and windows).
+LADDER = (1, 2, 3, 4, 6, 8, 12, 14, 16, 24, 28, 32, 48, 56, 64)
+#: The larger shape is the smallest ladder value at least this many times the first that runs.
+SECOND_FACTOR = 2
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+        ast.Div: operator.floordiv, ast.Mod: operator.mod}
+
+Shapes = dict[str, tuple[int, ...]]
+
+
+@dataclass
+class Choice:
+    shapes: list[Shapes]
+    reason: str
+    tried: int = 0
+
+
+def _symbols(expr: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+
+
+def _eval(expr: ast.AST, env: dict[str, int]) -> int:
+    if isinstance(expr, ast.Expression):
+        return _eval(expr.body, env)
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, int):
+        return expr.value
+    if isinstance(expr, ast.Name):
+        return env[expr.id]
+    if isinstance(expr, ast.BinOp) and type(expr.op) in _OPS:
+        return _OPS[type(expr.op)](_eval(expr.left, env), _eval(expr.right, env))
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
+        return -_eval(expr.operand, env)
+    raise ValueError("unsupported dim expression")
+
+
+def _parse(param: str) -> ast.AST | None:
+    try:
+        expr = ast.parse(param.replace("//", "/"), mode="eval")
+        _eval(expr, dict.fromkeys(_symbols(expr), 1))
+        return expr
+    except (SyntaxError, ValueError, KeyError, ZeroDivisionError, TypeError):
+        return None
+
+
+def dynamic_dims(model: onnx.ModelProto, given: Shapes) -> dict[str, list[ast.AST | int | None]]:
+    """Per graph input not in ``given``: each dim as an int, a parsed expression, or None (free)."""
+    inits = {t.name for t in model.graph.initializer}
+    dims: dict[str, list[ast.AST | int | None]] = {}
+    for k, vi in enumerate(model.graph.input):
+        if vi.name in inits or vi.name in given or not vi.type.HasField("tensor_type"):
+            continue
+        row: list[ast.AST | int | None] = []
+        for j, d in enumerate(vi.type.tensor_type.shape.dim):
+            if d.HasField("dim_value"):
+                row.append(d.dim_value)
+            elif d.dim_param:
+                row.append(_parse(d.dim_param) or ast.parse(f"_unnamed_{k}_{j}", mode="eval"))
+            else:
+                row.append(ast.parse(f"_unnamed_{k}_{j}", mode="eval"))
+        if any(not isinstance(d, int) for d in row):
+            dims[vi.name] = row
+    return dims
+
+
+def candidate(dims: dict[str, list], value: int) -> Shapes | None:
+    """Every free symbol set to ``value``; None when a dim comes out below 1."""
+    symbols = set().union(*(_symbols(d) for row in dims.values() for d in row if not isinstance(d, int)))
+    env = dict.fromkeys(symbols, value)
+    shapes: Shapes = {}
+    for name, row in dims.items():
+        values = [d if isinstance(d, int) else _eval(d, env) for d in row]
+        if any(v < 1 for v in values):
+            return None
+        shapes[name] = tuple(values)
+    return shapes
+
+
+def choose(model: onnx.ModelProto, given: list[Shapes], runs, where: str | None = None) -> Choice:
+    """Shapes to verify at: the user's (each ``--input-shapes`` set), else found by trying.
+
+    ``runs(shapes) -> str | None`` runs the input model at those shapes and returns the error, if any.
+    """
+    base = given[0] if given else {}
+    dims = dynamic_dims(model, base)
+    if not dims:
+        return Choice(given or [{}], "static shapes" if not given else "given with --input-shapes")
+    if given and all(not dynamic_dims(model, g) for g in given):
+        return Choice(given, "given with --input-shapes")
+    tried, errors, found = 0, [], []
+    for value in LADDER:
+        shapes = candidate(dims, value)
+        if shapes is None:
+            continue
+        full = {**base, **shapes}
+        tried += 1
+        error = runs(full)
+        if error is None:
+            found.append((value, full))
+            if len(found) == 1:
+                continue
+            if value >= SECOND_FACTOR * found[0][0]:
+                break
+            found.pop()
+        elif not found:
+            errors.append(f"{_describe(full)}: {error}")
+    if not found:
+        listing = "; ".join(errors[:4])
+        raise GraphfixError(
+            f"onnxruntime cannot run the input model at any candidate shape ({tried} tried: {listing}); "
+            "set shapes with --input-shapes name:1x3x224x224", where)
+    picked = [s for _, s in found[:2]]
+    values = ", ".join(str(v) for v, _ in found[:2])
+    return Choice(picked, f"dynamic dims found by trying candidate sizes (free symbols = {values}): "
+                          f"{' and '.join(_describe(s) for s in picked)}", tried)
+
+
+def _describe(shapes: Shapes) -> str:
+    return ",".join(f"{k}:{'x'.join(map(str, v))}" for k, v in shapes.items())
+
+
+def describe(shapes: Shapes) -> str:
+    return _describe(shapes)
+
+
+def error_text(exc: BaseException) -> str:
+    return first_line(exc)
