@@ -222,12 +222,16 @@ def has_aten(model: onnx.ModelProto) -> bool:
     return any(n.op_type == "ATen" for n in model.graph.node)
 
 
+def evaluator(model: onnx.ModelProto) -> ReferenceEvaluator:
+    """An onnx.reference evaluator that runs ATen nodes (``.run(None, feeds)``, like an onnxruntime session)."""
+    return ReferenceEvaluator(model, new_ops=ATEN_OPS)
+
+
 def run_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run ``model`` (ATen nodes included) on the ONNX reference evaluator; outputs by graph output name."""
-    evaluator = ReferenceEvaluator(model, new_ops=ATEN_OPS)
     names = [o.name for o in model.graph.output]
     inputs = {i.name for i in model.graph.input}
-    results = evaluator.run(None, {k: np.asarray(v) for k, v in feeds.items() if k in inputs})
+    results = evaluator(model).run(None, {k: np.asarray(v) for k, v in feeds.items() if k in inputs})
     return dict(zip(names, (np.asarray(r) for r in results), strict=True))
 
 
