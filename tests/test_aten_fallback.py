@@ -117,7 +117,7 @@ def _torch_adaptive(x: np.ndarray, out_size: list[int], mode: str) -> np.ndarray
     return y.astype(x.dtype)
 
 
-def _random_pool(sizes, mode, half, batched):
+def _random_pool(sizes, mode, half, batched, opset=11, trt=None):
     n = len(sizes)
     spatial = [s for s, _ in sizes]
     out_size = [o for _, o in sizes]
@@ -125,25 +125,46 @@ def _random_pool(sizes, mode, half, batched):
     lead = [2, 3] if batched else [3]
     m = aten_model(
         [const("os", out_size, np.int64), aten(f"adaptive_{mode}_pool{n}d", ["x", "os"], ["y"])],
-        [inp("x", elem, [*lead, *spatial])], [out("y", elem, [*lead, *out_size])],
+        [inp("x", elem, [*lead, *spatial])], [out("y", elem, [*lead, *out_size])], opset=opset,
     )
     x = np.random.default_rng(sum(spatial) * 31 + sum(out_size)).standard_normal([*lead, *spatial]).astype(dtype)
     tol = 2e-3 if half else 1e-5
-    result = check_aten(m, {"x": x}, atol=tol, rtol=tol)
+    result = check_aten(m, {"x": x}, atol=tol, rtol=tol, trt=trt)
     np.testing.assert_allclose(ort_run(result.model, {"x": x})[0], _torch_adaptive(x, out_size, mode), atol=tol, rtol=tol)
 
 
 _SIZES = st.lists(st.integers(1, 16).flatmap(lambda i: st.tuples(st.just(i), st.integers(1, i + 3))), min_size=1, max_size=3)
 
 
+_POOLING = dict(sizes=_SIZES, mode=st.sampled_from(["avg", "max"]), half=st.booleans(), batched=st.booleans(),
+                opset=st.sampled_from([11, 18]), trt=st.sampled_from([None, "10.1"]))
+
+
 @settings(max_examples=40, deadline=None)
-@given(sizes=_SIZES, mode=st.sampled_from(["avg", "max"]), half=st.booleans(), batched=st.booleans())
-def test_random_adaptive_pooling(sizes, mode, half, batched):
-    _random_pool(sizes, mode, half, batched)
+@given(**_POOLING)
+def test_random_adaptive_pooling(sizes, mode, half, batched, opset, trt):
+    _random_pool(sizes, mode, half, batched, opset, trt)
 
 
 @pytest.mark.slow
 @settings(max_examples=300, deadline=None)
-@given(sizes=_SIZES, mode=st.sampled_from(["avg", "max"]), half=st.booleans(), batched=st.booleans())
-def test_random_adaptive_pooling_slow(sizes, mode, half, batched):
-    _random_pool(sizes, mode, half, batched)
+@given(**_POOLING)
+def test_random_adaptive_pooling_slow(sizes, mode, half, batched, opset, trt):
+    _random_pool(sizes, mode, half, batched, opset, trt)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("trt,reduces", [(None, False), ("9.3", False), ("10.0", True)])
+def test_opset18_reduce_axes_input_only_for_10_0(mode, trt, reduces):
+    """Parsers before 10.0 ignore an opset-18 ReduceMean/ReduceMax axes input: no such node for them."""
+    m = aten_model([const("os", [3, 2], np.int64), aten(f"adaptive_{mode}_pool2d", ["x", "os"], ["y"])],
+                   [inp("x", FLOAT, [1, 2, 7, 5])], [out("y", FLOAT, [1, 2, 3, 2])], opset=18)
+    ops = {n.op_type for n in check_aten(m, trt=trt).model.graph.node}
+    assert bool(ops & {"ReduceMean", "ReduceMax"}) == reduces
+
+
+def test_opset18_norms_avoid_reducemean():
+    m = aten_model([const("ns", [6], np.int64), const("eps", 1e-5, np.float64), const("c", True, np.bool_),
+                    aten("layer_norm", ["x", "ns", "", "", "eps", "c"], ["y"])],
+                   [inp("x", FLOAT, [2, 3, 6])], [out("y", FLOAT, [2, 3, 6])], opset=18)
+    assert "ReduceMean" not in {n.op_type for n in check_aten(m).model.graph.node}

@@ -15,15 +15,18 @@ arguments as attributes named after the ATen schema. Non-tensor arguments must f
 Rewrites (only ops every TensorRT release imports: pooling, Reduce, Slice, Concat, elementwise,
 Reshape, Transpose):
 
-* ``adaptive_{avg,max}_pool{1,2,3}d`` (and ``_adaptive_*``), static spatial sizes: where every
-  axis divides (``in % out == 0``) one AveragePool/MaxPool with ``stride = in / out`` and
+* ``adaptive_{avg,max}_pool{1,2,3}d`` (and ``_adaptive_*``), static spatial sizes (an unbatched
+  input gets a batch axis for the pools and loses it after): where every axis divides
+  (``in % out == 0``) one AveragePool/MaxPool with ``stride = in / out`` and
   ``kernel = in - (out - 1) * stride``; otherwise axis by axis (pooling is separable over
   rectangular windows): a dividing axis is a pool with kernel 1 on the others, a non-dividing axis
   is PyTorch's bins ``[floor(i*in/out), ceil((i+1)*in/out))`` as Slice + ReduceMean/ReduceMax +
-  Concat, exact for every size. Max pooling's indices output must be unused.
-* ``layer_norm``, ``group_norm``, ``instance_norm``: ReduceMean mean and biased variance,
-  ``(x - mean) / sqrt(var + eps)``, then the affine weight/bias (running statistics when
-  ``use_input_stats`` is false).
+  Concat, exact for every size. At opset >= 18, where parsers before 10.0 ignore the axes input
+  of ReduceMean/ReduceMax (and reduce over everything), a window is ReduceSum / length or a
+  MaxPool over the window unless ``--trt`` is >= 10.0. Max pooling's indices output must be unused.
+* ``layer_norm``, ``group_norm``, ``instance_norm``: layernorm-decompose's exact two-pass
+  standardisation ``(x - mean) / sqrt(mean((x - mean) ** 2) + eps)`` (same opset-18 care), then
+  the affine weight/bias (running statistics when ``use_input_stats`` is false).
 * ``clamp``/``clip`` (Scalar and Tensor overloads): ``Min(Max(x, lo), hi)`` in x's dtype.
 * ``pixel_shuffle``/``pixel_unshuffle`` on rank-4 inputs with static H, W: Reshape/Transpose.
 
@@ -57,6 +60,7 @@ from graphfix.aten_reference import (
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
 from graphfix.passes.fold_weights import runtime_path
+from graphfix.passes.layernorm_decompose import element_count, reduce_mean_reads_axes, standardize
 
 Args = dict[str, Any]
 
@@ -122,32 +126,37 @@ def _adaptive_pool(mode: str) -> Callable[[gs.Node, Args, Context], list[gs.Tens
         dims = list(x.shape) if x.shape is not None else []
         if len(dims) <= n or not all(isinstance(d, int) and d >= 0 for d in dims[-n:]):
             raise Skip("adaptive pooling needs static spatial dims (export with a fixed input size)")
+        if len(dims) not in (n + 1, n + 2):
+            raise Skip(f"adaptive pooling over {n} axes takes rank {n + 1} or {n + 2}, not {len(dims)}")
         spatial = [int(d) for d in dims[-n:]]
         dtype = _dtype(x, f"adaptive_{mode}_pool{n}d")
         b = ctx.builder
         y = _to_float(b, x, dtype) if mode == "avg" else x
-        y = _pool(b, y, len(x.shape), spatial, out_size, mode)
+        unbatched = len(dims) == n + 1
+        y = b.unsqueeze(y, [0]) if unbatched else y  # ONNX pools want N, C, spatial...
+        y = _pool(b, y, spatial, out_size, mode, reduce_mean_reads_axes(ctx))
+        y = b.squeeze(y, [0]) if unbatched else y
         return [_back(b, y, dtype) if mode == "avg" else y]
 
     return run
 
 
-def _pool(b: Builder, x: gs.Tensor, rank: int, spatial: list[int], out_size: list[int], mode: str) -> gs.Tensor:
+def _pool(b: Builder, x: gs.Tensor, spatial: list[int], out_size: list[int], mode: str, axes_input_ok: bool) -> gs.Tensor:
+    """Adaptive pooling of N, C, spatial... ``x``: one pool if every axis divides, else axis by axis."""
     n = len(spatial)
     uniform = [i % o == 0 for i, o in zip(spatial, out_size, strict=True)]
-    pooled = rank == n + 2  # ONNX pools want N, C, spatial...
-    if pooled and all(uniform):
+    if all(uniform):
         return _uniform_pool(b, x, [i // o for i, o in zip(spatial, out_size, strict=True)], mode)
     y = x
     for a, (i, o) in enumerate(zip(spatial, out_size, strict=True)):
         if i == o:
             continue
-        if pooled and uniform[a]:
+        if uniform[a]:
             kernel = [1] * n
             kernel[a] = i // o
             y = _uniform_pool(b, y, kernel, mode)
         else:
-            y = _bins(b, y, rank - n + a, i, o, mode)
+            y = _bins(b, y, 2 + a, n, i, o, mode, axes_input_ok)
     return y
 
 
@@ -158,24 +167,33 @@ def _uniform_pool(b: Builder, x: gs.Tensor, kernel: list[int], mode: str) -> gs.
     return b.op("AveragePool" if mode == "avg" else "MaxPool", [x], {"kernel_shape": kernel, "strides": kernel})
 
 
-def _bins(b: Builder, x: gs.Tensor, axis: int, in_size: int, out_size: int, mode: str) -> gs.Tensor:
-    """PyTorch's windows along one axis: Slice + ReduceMean/ReduceMax each, then Concat."""
-    reduce = "ReduceMean" if mode == "avg" else "ReduceMax"
+def _bins(b: Builder, x: gs.Tensor, axis: int, n: int, in_size: int, out_size: int, mode: str, axes_input_ok: bool) -> gs.Tensor:
+    """PyTorch's windows along one axis: Slice + a reduction of each window, then Concat."""
     parts = []
     for start, end in pool_bins(in_size, out_size):
         window = x if (start, end) == (0, in_size) else b.slice(x, [start], [end], axes=[axis])
-        parts.append(b.reduce(reduce, window, [axis], keepdims=True))
+        parts.append(_reduce_window(b, window, axis, n, end - start, mode, axes_input_ok))
     return parts[0] if len(parts) == 1 else b.concat(parts, axis)
 
 
+def _reduce_window(b: Builder, window: gs.Tensor, axis: int, n: int, length: int, mode: str, axes_input_ok: bool) -> gs.Tensor:
+    """Mean/max of a window along ``axis``. At opset >= 18 ReduceMean/ReduceMax take their axes as an
+    input, which parsers before 10.0 ignore (they reduce over every axis): there the mean is
+    ReduceSum (axes input read since opset 13) / length and the max a MaxPool over the window."""
+    if b.opset < 18 or axes_input_ok:
+        return b.reduce("ReduceMean" if mode == "avg" else "ReduceMax", window, [axis], keepdims=True)
+    if mode == "avg":
+        return b.op("Div", [b.reduce("ReduceSum", window, [axis], keepdims=True), np.array(length, np.float32)])
+    kernel = [1] * n
+    kernel[axis - 2] = length
+    return b.op("MaxPool", [window], {"kernel_shape": kernel})
+
+
 # ------------------------------------------------------------------ norms
-def _normalize(b: Builder, x: gs.Tensor, axes: list[int], eps: float) -> gs.Tensor:
-    """(x - mean) / sqrt(biased var + eps) over ``axes``, in float32."""
-    mean = b.reduce("ReduceMean", x, axes, keepdims=True)
-    centered = b.op("Sub", [x, mean])
-    var = b.reduce("ReduceMean", b.op("Mul", [centered, centered]), axes, keepdims=True)
-    denom = b.op("Sqrt", [b.op("Add", [var, np.array(eps, np.float32)])])
-    return b.op("Div", [centered, denom])
+def _standardize(b: Builder, x: gs.Tensor, first: int, eps: float, ctx: Context) -> gs.Tensor:
+    """(x - mean) / sqrt(biased var + eps) over the axes ``[first, rank)`` (``first`` < 0), in float32."""
+    axes = list(range(first, 0))
+    return standardize(b, x, axes, element_count(b, x, first), eps, np.dtype(np.float32), reduce_mean_reads_axes(ctx)).normalized
 
 
 def _per_channel(b: Builder, t: gs.Tensor, rank: int, ctx: Context) -> gs.Tensor:
@@ -197,7 +215,7 @@ def _affine(b: Builder, y: gs.Tensor, weight: gs.Tensor | None, bias: gs.Tensor 
 
 def _layer_norm(node: gs.Node, args: Args, ctx: Context) -> list[gs.Tensor]:
     x, b = args["input"], ctx.builder
-    rank, dtype = _rank(x, "layer_norm"), _dtype(x, "layer_norm")
+    dtype = _dtype(x, "layer_norm")
     k = len(args["normalized_shape"])
 
     def shaped(t: gs.Tensor) -> gs.Tensor:
@@ -206,7 +224,7 @@ def _layer_norm(node: gs.Node, args: Args, ctx: Context) -> list[gs.Tensor]:
             return b.const(np.asarray(value, np.float32), hint="param")
         return b.cast(t, np.float32) if tensor_dtype(t) != np.float32 else t
 
-    y = _normalize(b, b.cast(x, np.float32) if dtype != np.float32 else x, list(range(rank - k, rank)), float(args["eps"]))
+    y = _standardize(b, b.cast(x, np.float32) if dtype != np.float32 else x, -k, float(args["eps"]), ctx)
     y = _affine(b, y, args["weight"], args["bias"], shaped)
     return [b.cast(y, dtype) if dtype != np.float32 else y]
 
@@ -217,7 +235,7 @@ def _group_norm(node: gs.Node, args: Args, ctx: Context) -> list[gs.Tensor]:
     groups = int(args["num_groups"])
     xf = b.cast(x, np.float32) if dtype != np.float32 else x
     grouped = b.reshape(xf, np.array([0, groups, -1], np.int64))
-    y = b.reshape(_normalize(b, grouped, [2], float(args["eps"])), b.shape(x))
+    y = b.reshape(_standardize(b, grouped, -1, float(args["eps"]), ctx), b.shape(x))
     y = _affine(b, y, args["weight"], args["bias"], lambda t: _per_channel(b, t, rank, ctx))
     return [b.cast(y, dtype) if dtype != np.float32 else y]
 
@@ -228,7 +246,7 @@ def _instance_norm(node: gs.Node, args: Args, ctx: Context) -> list[gs.Tensor]:
     xf = b.cast(x, np.float32) if dtype != np.float32 else x
     eps = float(args["eps"])
     if bool(args["use_input_stats"]):
-        y = _normalize(b, xf, list(range(2, rank)), eps)
+        y = _standardize(b, xf, 2 - rank, eps, ctx)
     else:
         if args["running_mean"] is None or args["running_var"] is None:
             raise Skip("instance_norm without input statistics needs running_mean and running_var")
