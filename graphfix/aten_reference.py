@@ -217,11 +217,6 @@ class ATen(OpRun):
 ATEN_OPS: list[type[OpRun]] = [ATen]
 
 
-def has_aten(model: onnx.ModelProto) -> bool:
-    """Any ATen node (top-level graph; exporters never put ATen nodes in subgraphs they emit)."""
-    return any(n.op_type == "ATen" for n in model.graph.node)
-
-
 def evaluator(model: onnx.ModelProto) -> ReferenceEvaluator:
     """An onnx.reference evaluator that runs ATen nodes (``.run(None, feeds)``, like an onnxruntime session)."""
     return ReferenceEvaluator(model, new_ops=ATEN_OPS)
