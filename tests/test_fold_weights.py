@@ -100,6 +100,17 @@ def test_inputs_already_weights_are_left_alone():
     assert remaining_matches(m, PASS) == []
 
 
+def test_dequantized_conv_weights_are_left_alone():
+    """QAT exports: W = DequantizeLinear(int8 weights) is what TensorRT's Q/DQ conv path expects."""
+    m = model(
+        [node("DequantizeLinear", ["wq", "scale", "zp"], ["w"], axis=0), node("Conv", ["x", "w"], ["y"])],
+        [inp("x", FLOAT, [1, 2, 4, 4])], [out("y", FLOAT, [1, 3, 4, 4])],
+        [init("wq", np.ones((3, 2, 1, 1), np.int8)), init("scale", np.full(3, 0.1, np.float32)), init("zp", np.zeros(3, np.int8))],
+        opset=13,
+    )
+    assert remaining_matches(m, PASS) == []
+
+
 # ------------------------------------------------------------ version boundaries
 #: fixture, release inside the rule's range, release just outside it
 BOUNDARIES = [
