@@ -173,6 +173,10 @@ class SessionCounter:
 
 def session(model: onnx.ModelProto):
     """A bare onnxruntime CPU session (the candidate-shape search)."""
+    if any(n.op_type == "ATen" for n in model.graph.node):  # onnxruntime has no ATen kernels
+        from graphfix.aten_reference import evaluator
+
+        return evaluator(model)
     import onnxruntime as ort
 
     return ort.InferenceSession(runtime_compatible(model).SerializeToString(), providers=["CPUExecutionProvider"])
@@ -180,6 +184,10 @@ def session(model: onnx.ModelProto):
 
 def run(model: onnx.ModelProto, feeds: Feeds, name: str, counter: SessionCounter | None = None) -> RunResults:
     """One onnxruntime session for ``model``, run on every feed."""
+    if any(n.op_type == "ATen" for n in model.graph.node):  # onnxruntime has no ATen kernels
+        from graphfix.aten_reference import run_results
+
+        return run_results(model, feeds, name)
     blob = runtime_compatible(model).SerializeToString()
     runner = OnnxrtRunner(SessionFromOnnx(blob, providers=["CPUExecutionProvider"]), name=name)
     if counter is not None:

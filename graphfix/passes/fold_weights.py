@@ -37,6 +37,10 @@ condition of 7.1/7.2 (inlining the branch is the better fix), W/R/B of the RNNv2
 importers before 8.6, OneHot depth (a shape tensor TensorRT folds itself), and 9.x ReduceX-18
 importers that *ignore* the axes input (a wrong-results problem no folding fixes).
 
+Conv/ConvTranspose weights produced by DequantizeLinear are left alone: that is the explicit
+quantization pattern TensorRT's multi-input convolution path reads (folding it would turn an
+INT8 layer into a float one).
+
 Rewrite: each computed input becomes an initializer holding its value in the input's dtype (one
 per computed tensor, shared by its consumers; the chain that computed it is dropped when nothing
 else reads it). Values come from the ONNX reference implementation (``graphfix.graph.Folder``)
@@ -74,10 +78,13 @@ class Family:
 
     ops: frozenset[str]
     inputs: Indices
+    #: Computed inputs the releases accept after all (Conv weights through DequantizeLinear).
+    exempt: Callable[[gs.Tensor], bool] | None = None
 
     def computed(self, node: gs.Node, ctx: Context) -> list[int]:
         """The indices of this family's inputs that are present and not weights."""
-        return [k for k in self.inputs(node, ctx.opset) if k < len(node.inputs) and not is_weights(node.inputs[k])]
+        return [k for k in self.inputs(node, ctx.opset) if k < len(node.inputs) and not is_weights(node.inputs[k])
+                and not (self.exempt is not None and self.exempt(node.inputs[k]))]
 
     def when(self, node: gs.Node, ctx: Context) -> bool:
         return bool(self.computed(node, ctx))
@@ -100,13 +107,19 @@ def _scales(node: gs.Node, opset: int) -> tuple[int, ...]:
     return () if optional_input(node, 3) is not None else (2,)
 
 
-def _family(ops: str, inputs: Indices) -> Family:
-    return Family(frozenset(ops.split()), inputs)
+def _dequantized(t: gs.Tensor) -> bool:
+    """Explicitly quantized weights (QAT / ModelOpt exports): TensorRT's multi-input Conv path
+    exists for them, and folding would drop the quantization TensorRT must see."""
+    return bool(t.inputs) and t.inputs[0].op == "DequantizeLinear"
+
+
+def _family(ops: str, inputs: Indices, exempt: Callable[[gs.Tensor], bool] | None = None) -> Family:
+    return Family(frozenset(ops.split()), inputs, exempt)
 
 
 INSTANCE_NORM = _family("InstanceNormalization", _fixed(1, 2))
-CONV_W = _family("Conv ConvTranspose", _fixed(1))
-CONV_B = _family("Conv ConvTranspose", _fixed(2))
+CONV_W = _family("Conv ConvTranspose", _fixed(1), _dequantized)
+CONV_B = _family("Conv ConvTranspose", _fixed(2), _dequantized)
 BATCH_NORM = _family("BatchNormalization", _fixed(1, 2, 3, 4))
 TOPK_K = _family("TopK", _since(10, 1))
 SQUEEZE_AXES = _family("Squeeze Unsqueeze", _since(13, 1))
