@@ -208,7 +208,7 @@ def _reduce_window(b: Builder, window: gs.Tensor, axis: int, n: int, length: int
 def _standardize(b: Builder, x: gs.Tensor, first: int, eps: float, ctx: Context) -> gs.Tensor:
     """(x - mean) / sqrt(biased var + eps) over the axes ``[first, rank)`` (``first`` < 0), in float32."""
     axes = list(range(first, 0))
-    return standardize(b, x, axes, element_count(b, x, first), eps, np.dtype(np.float32), reduce_mean_reads_axes(ctx)).normalized
+    return standardize(b, x, axes, element_count(x, first), eps, np.dtype(np.float32), reduce_mean_reads_axes(ctx)).normalized
 
 
 def _per_channel(b: Builder, t: gs.Tensor, rank: int, ctx: Context) -> gs.Tensor:
