@@ -18,7 +18,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphfix import passes
-from graphfix.graph import Builder, Folder, is_weights, tensor_dtype, to_graph
+from graphfix.graph import Builder, Folder, tensor_dtype, to_graph
 from graphfix.graph.convert import all_graphs
 from graphfix.graph.origin import DATA, ValueOrigins
 from graphfix.model_io import default_opset
@@ -134,6 +134,10 @@ def _opset_findings(opset: int, release: support.Release) -> Iterator[CheckFindi
 
 def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:
     domain = node.domain or ""
+    if domain == "org.pytorch.aten" and node.op == "ATen":
+        yield _finding(node, BLOCKING, f"ATen fallback node ({node.attrs.get('operator', '?')}): no TensorRT release parses ATen",
+                       "aten-fallback-node", _fixing_pass(node, ctx), rule="no-importer", evidence="operator table (no ATen op)")
+        return
     if domain not in ("", "ai.onnx"):
         yield _finding(node, BLOCKING, f"custom-domain op {domain}::{node.op} needs a TensorRT plugin library loaded at build time",
                        "custom-domain-op-plugin-library-missing")
@@ -171,23 +175,10 @@ def _fixing_pass(node: gs.Node, ctx: Context) -> str | None:
 
 def _restriction_findings(node: gs.Node, release: support.Release, ctx: Context) -> Iterator[CheckFinding]:
     """Restrictions no pass rewrites: inputs that must be initializers, modes, ranks."""
-    v = release.version
     op = node.op
-    if op == "TopK" and len(node.inputs) > 1 and not is_weights(node.inputs[1]) and v < TrtVersion("8.6"):
-        yield _finding(node, BLOCKING, "K must be an initializer before TensorRT 8.6 (constant-fold it upstream)", "topk-k-not-initializer")
-    if op in ("Resize", "Upsample") and v < TrtVersion("8.4"):
-        scales = node.inputs[2] if op == "Resize" and len(node.inputs) > 2 else node.inputs[1] if op == "Upsample" and len(node.inputs) > 1 else None
-        sizes = node.inputs[3] if op == "Resize" and len(node.inputs) > 3 else None
-        if scales is not None and scales.name and not is_weights(scales) and (sizes is None or not sizes.name):
-            yield _finding(node, BLOCKING, "scales must be an initializer before TensorRT 8.4", "resize-upsample-scales-not-constant")
-    if op in ("Squeeze", "Unsqueeze") and ctx.opset >= 13 and len(node.inputs) > 1 and not is_weights(node.inputs[1]) and v < TrtVersion("10.7"):
-        yield _finding(node, BLOCKING, "axes must be an initializer (TensorRT <= 10.6)", None)
     if op == "Squeeze" and len(node.inputs) == 1 and "axes" not in node.attrs and node.inputs[0].shape is not None \
             and any(not isinstance(d, int) for d in node.inputs[0].shape):
         yield _finding(node, BLOCKING, "Squeeze without axes on a dynamic shape", "squeeze-without-axes-dynamic")
-    if op == "Slice" and ctx.opset >= 10 and len(node.inputs) > 3 and node.inputs[3].name and not is_weights(node.inputs[3]) \
-            and v < TrtVersion("10.3"):
-        yield _finding(node, BLOCKING, "Slice axes must be an initializer before TensorRT 10.3", "slice-dynamic-axes")
     if op == "NonZero":
         yield _finding(node, WARNING, "output shape is data-dependent: downstream layers must accept a dynamic first dim", "nonzero-data-dependent-shape")
     if op == "Gelu" and node.attrs.get("approximate", "none") not in ("none", "tanh"):
