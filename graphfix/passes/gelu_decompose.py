@@ -47,7 +47,8 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 TANH_CUBIC = 0.044715
 
 
-def _onnx_domain(node: gs.Node, ctx: Context) -> bool:
+def onnx_domain(node: gs.Node, ctx: Context) -> bool:
+    """A default-domain node (not onnxruntime's com.microsoft namesakes)."""
     return (node.domain or "") in ("", "ai.onnx")
 
 
@@ -88,7 +89,7 @@ PASS = Pass(
     summary="Rewrite Gelu (opset 20, none/tanh) into its Erf / Tanh formula in the input's float type.",
     ops=frozenset({"Gelu"}),
     rules=(
-        Rule(NO_IMPORTER, ">=7.0,<10.0-EA", "no Gelu importer before TensorRT 10.0", _onnx_domain,
+        Rule(NO_IMPORTER, ">=7.0,<10.0-EA", "no Gelu importer before TensorRT 10.0", onnx_domain,
              error="gelu-not-supported", evidence="operator table (Gelu first listed in 10.0-EA)"),
     ),
     rewrite=rewrite,
