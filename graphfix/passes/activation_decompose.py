@@ -44,7 +44,7 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
-from graphfix.passes.gelu_decompose import float_input, onnx_domain
+from graphfix.passes.gelu_decompose import float_dtype, onnx_domain
 
 HARDSWISH_ALPHA = 1.0 / 6.0
 
@@ -71,7 +71,7 @@ DECOMPOSE: dict[str, Callable[[Builder, gs.Tensor, gs.Node, np.dtype], gs.Tensor
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
-    dtype = float_input(node)
+    dtype = float_dtype(node.inputs[0], node.op)
     y = DECOMPOSE[node.op](ctx.builder, node.inputs[0], node, dtype)
     replace_tensor(ctx.graph, node.outputs[0], y)
 

@@ -52,17 +52,17 @@ def onnx_domain(node: gs.Node, ctx: Context) -> bool:
     return (node.domain or "") in ("", "ai.onnx")
 
 
-def float_input(node: gs.Node) -> np.dtype:
-    """The input's float dtype, or Skip (unknown, or one numpy cannot make constants of: bfloat16)."""
-    dtype = tensor_dtype(node.inputs[0])
+def float_dtype(x: gs.Tensor, op: str) -> np.dtype:
+    """``x``'s float dtype, or Skip (unknown, or one numpy has no constants of: bfloat16)."""
+    dtype = tensor_dtype(x)
     if dtype is None or dtype.kind != "f":
-        raise Skip(f"input type of {node.op} is unknown or not a numpy float (run shape inference upstream; bfloat16 is left as is)")
+        raise Skip(f"input type of {op} is unknown or not a numpy float (run shape inference upstream; bfloat16 is left as is)")
     return dtype
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
     x = node.inputs[0]
-    dtype = float_input(node)
+    dtype = float_dtype(x, node.op)
     mode = node.attrs.get("approximate", "none")
     mode = mode.decode() if isinstance(mode, bytes) else mode
     b = ctx.builder
