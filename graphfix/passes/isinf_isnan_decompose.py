@@ -68,9 +68,9 @@ PASS = Pass(
     ops=frozenset({"IsInf", "IsNaN"}),
     rules=(
         Rule(NO_IMPORTER, ">=7.0,<8.6", "no IsInf importer before TensorRT 8.6", onnx_domain, ops=frozenset({"IsInf"}),
-             error="unsupported-op-plugin-fallback-generic", evidence="operator table (IsInf first listed in 8.6)"),
+             evidence="operator table (IsInf first listed in 8.6)"),
         Rule(NO_IMPORTER, ">=7.0,<8.2-EA", "no IsNaN importer before TensorRT 8.2", onnx_domain, ops=frozenset({"IsNaN"}),
-             error="unsupported-op-plugin-fallback-generic", evidence="operator table (IsNaN first listed in 8.2-EA)"),
+             evidence="operator table (IsNaN first listed in 8.2-EA)"),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",
