@@ -23,9 +23,10 @@ Erf (and document opsets <= 10), so the rule starts at 7.0 like graphfix's other
 
 Speed (``bench/gelu_latency.py``, onnxruntime CPU, 1 thread, (8, 512, 768) fp32): where Gelu feeds
 the next layer, as in every MLP, onnxruntime fuses both formulas back into one kernel (Gelu,
-FastGelu) and the ratio to the native op is ~1.0x; unfused (ORT_DISABLE_ALL, or the tanh form as
-a graph output, which onnxruntime's FastGelu fusion skips) the elementwise chain costs 3-6x.
-TensorRT >= 8 fuses adjacent pointwise layers into one (developer guide, "Pointwise Fusion").
+FastGelu): 0.9-1.1x the native op. Unfused (ORT_DISABLE_ALL, or the tanh form as a graph output,
+which onnxruntime's FastGelu fusion skips) the elementwise chain costs ~3.7x (none) and 6-8x
+(tanh). TensorRT >= 8 fuses adjacent pointwise layers into one (developer guide, "Pointwise
+Fusion").
 
 Left out: ``com.microsoft`` Gelu / FastGelu / BiasGelu (written by onnxruntime's transformer
 optimizer, not by an exporter; custom-domain nodes that no release parses: export from the
