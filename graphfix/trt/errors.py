@@ -52,9 +52,12 @@ def _compiled() -> list[tuple[dict[str, Any], re.Pattern[str]]]:
 
 
 def _fixing_pass(error_id: str, op: str | None = None) -> str | None:
-    """The pass that fixes this error, preferring one that rewrites the op the log names."""
-    fixers = [p for p in passes.all_passes() if error_id in p.fixes]
-    return next((p.name for p in fixers if op in p.ops), fixers[0].name if fixers else None)
+    """The pass that fixes this error; where one entry covers several ops (decomposable-op-missing)
+    and the log names the op, the pass that rewrites that op, or None if no pass does."""
+    fixing = [p for p in passes.all_passes() if error_id in p.fixes]
+    if op is None:
+        return fixing[0].name if fixing else None
+    return next((p.name for p in fixing if op in p.ops), None)
 
 
 def _line_at(text: str, start: int, end: int) -> str:
@@ -92,10 +95,10 @@ def match_log(text: str) -> list[ErrorMatch]:
         groups = {k: v for k, v in m.groupdict().items() if v}
         node, op = _node_near(text, m.start())
         rank = 2 if entry["id"] in NOISE else 1 if entry["id"] in GENERIC else 0
-        op = groups.get("op") or op or entry["onnx_op"]
+        logged_op = groups.get("op") or groups.get("op2")  # the op the message itself names
         found.append((rank, m.start(), ErrorMatch(
-            id=entry["id"], op=op, node=node,
-            cause=_first_sentence(entry["pattern"]), fix=entry["fix"], fix_pass=_fixing_pass(entry["id"], op),
+            id=entry["id"], op=logged_op or op or entry["onnx_op"], node=node,
+            cause=_first_sentence(entry["pattern"]), fix=entry["fix"], fix_pass=_fixing_pass(entry["id"], logged_op),
             line=line, rank=rank,
         )))
     found.sort(key=lambda item: (item[0], item[1]))

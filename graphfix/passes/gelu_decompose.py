@@ -1,0 +1,98 @@
+"""gelu-decompose: Gelu (opset 20) as the Erf / Tanh formula the op is defined by.
+
+Why: TensorRT parsers before 10.0 have no Gelu importer ("No importer registered for op: Gelu",
+"could not find plugin: Gelu"); 10.0-EA is the first with one (operator table, PARSER_NOTES).
+``torch.onnx.export(..., dynamo=True)`` at opset >= 20 writes ``nn.GELU`` / ``F.gelu`` as one
+Gelu node (a BART/BERT/ViT MLP is ``MatMul -> Add -> Gelu -> MatMul``; GPT-2's ``gelu_new`` is
+``approximate="tanh"``), so every transformer exported that way fails on 7.x-9.x.
+
+Rewrite: the formulas that define the op (ONNX Gelu-20), computed in the input's float type (fp16
+stays fp16, as the op's function body computes; no upcast):
+
+* ``approximate="none"``: ``(0.5 * x) * (1 + Erf(x / sqrt(2)))``.
+* ``approximate="tanh"``: ``(0.5 * x) * (1 + Tanh(sqrt(2/pi) * x * (1 + 0.044715 * x * x)))``, which
+  is ``sqrt(2/pi) * (x + 0.044715 * x^3)`` with the cube as products: no Pow (so no question of a
+  negative base in TensorRT's Pow), and the shape onnxruntime fuses into its FastGelu kernel.
+
+``0.5 * x`` comes first: halving is exact, and ``x * (1 + erf)`` would overflow fp16 for
+``|x| > 32752`` where the result itself is representable. inf/NaN come out as the op's: ``-inf``
+gives NaN (``-inf * 0``), like onnxruntime's native Gelu.
+
+Every op used (Div, Erf, Add, Mul, Tanh) has an importer in every release >= 7.0; 5.1/6.0 lack
+Erf (and document opsets <= 10), so the rule starts at 7.0 like graphfix's other targets.
+
+Speed (``bench/gelu_latency.py``, onnxruntime CPU, 1 thread, (8, 512, 768) fp32): where Gelu feeds
+the next layer, as in every MLP, onnxruntime fuses both formulas back into one kernel (Gelu,
+FastGelu): 0.9-1.1x the native op. Unfused (ORT_DISABLE_ALL, or the tanh form as a graph output,
+which onnxruntime's FastGelu fusion skips) the elementwise chain costs ~3.7x (none) and 6-8x
+(tanh). TensorRT >= 8 fuses adjacent pointwise layers into one (developer guide, "Pointwise
+Fusion").
+
+Left out: ``com.microsoft`` Gelu / FastGelu / BiasGelu (written by onnxruntime's transformer
+optimizer, not by an exporter; custom-domain nodes that no release parses: export from the
+unoptimised model); ``approximate`` values other than none/tanh (invalid ONNX: a finding).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import replace_tensor, tensor_dtype
+from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
+
+SQRT_2 = math.sqrt(2.0)
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+TANH_CUBIC = 0.044715
+
+
+def onnx_domain(node: gs.Node, ctx: Context) -> bool:
+    """A default-domain node (not onnxruntime's com.microsoft namesakes)."""
+    return (node.domain or "") in ("", "ai.onnx")
+
+
+def float_dtype(x: gs.Tensor, op: str) -> np.dtype:
+    """``x``'s float dtype, or Skip (unknown, or one numpy has no constants of: bfloat16)."""
+    dtype = tensor_dtype(x)
+    if dtype is None or dtype.kind != "f":
+        raise Skip(f"input type of {op} is unknown or not a numpy float (run shape inference upstream; bfloat16 is left as is)")
+    return dtype
+
+
+def rewrite(node: gs.Node, ctx: Context) -> None:
+    x = node.inputs[0]
+    dtype = float_dtype(x, node.op)
+    mode = node.attrs.get("approximate", "none")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    b = ctx.builder
+
+    def c(v: float) -> gs.Constant:
+        return b.const(np.array(v, dtype), hint="gelu")
+
+    if mode == "none":
+        erf = b.op("Erf", [b.op("Div", [x, c(SQRT_2)])])
+        y = b.op("Mul", [b.op("Mul", [x, c(0.5)]), b.op("Add", [erf, c(1.0)])])
+    elif mode == "tanh":
+        # sqrt(2/pi) * (x + 0.044715 x^3) as sqrt(2/pi) x * (1 + 0.044715 x x)
+        poly = b.op("Add", [b.op("Mul", [b.op("Mul", [x, c(TANH_CUBIC)]), x]), c(1.0)])
+        tanh = b.op("Tanh", [b.op("Mul", [poly, b.op("Mul", [x, c(SQRT_2_OVER_PI)])])])
+        y = b.op("Mul", [b.op("Add", [tanh, c(1.0)]), b.op("Mul", [x, c(0.5)])])
+    else:
+        raise Skip(f"approximate={mode!r} is not a Gelu mode (none, tanh)")
+    replace_tensor(ctx.graph, node.outputs[0], y)
+
+
+PASS = Pass(
+    name="gelu-decompose",
+    order=32,
+    summary="Rewrite Gelu (opset 20, none/tanh) into its Erf / Tanh formula in the input's float type.",
+    ops=frozenset({"Gelu"}),
+    rules=(
+        Rule(NO_IMPORTER, ">=7.0,<10.0-EA", "no Gelu importer before TensorRT 10.0", onnx_domain,
+             error="gelu-not-supported", evidence="operator table (Gelu first listed in 10.0-EA)"),
+    ),
+    rewrite=rewrite,
+    doc=__doc__ or "",
+)
