@@ -16,10 +16,12 @@ the k index columns to one linear row index, negatives + dim):
   and ReduceSum/Prod/Max/Min it, then ``data op reduced`` on those rows only. Exact (float
   add/mul with duplicates: the summation order differs from onnxruntime's sequential one).
 * runtime indices: ``grid = Equal(arange(rows)[:, None], lin[None, :])`` (rows x U booleans).
-  ``none``: the last writer of each row is ReduceMax of ``Where(grid, u + 1, 0)`` in float32, and
-  one Gather picks each row from the data or from that update (exact, any dtype). Reductions:
-  ``ReduceX(Where(grid[..., None], updates, neutral))`` over U, then ``Where(hit, data op red,
-  data)``: rows x U x S elements.
+  ``none``: the last writer of each row is ReduceMax of ``Cast(grid) * (u + 1)`` in float32, and
+  one Gather picks each row from the data or from that update (exact, any dtype; the index is
+  shaped so the Gather's output already has the data's shape). Reductions:
+  ``data op ReduceX(Where(grid[:, None, :], updates^T, neutral))`` over U: rows x S x U
+  elements; rows nobody writes reduce to the neutral element (-0.0 for float add), which
+  leaves the data bit for bit.
 
 Memory: the runtime grid holds rows x U elements for ``none`` (BOOL + float32) and rows x U x S
 for reductions; above 2^25 elements (static shapes) the node is left as is with a finding.
@@ -32,19 +34,26 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import replace_tensor, tensor_dtype
+from graphfix.graph import Builder, replace_tensor, tensor_dtype
 from graphfix.passes._indexing import (
+    MAX_FACTORED_UPDATES,
     MAX_MAP_ENTRIES,
+    Dim,
     check_grid,
     check_reduction,
     dims_of,
+    gather_written,
     known_nonnegative,
+    last_writer,
+    last_writer_factored,
     linear_index,
     mul,
     numpy_linear,
+    one_hot,
+    reduce_into,
     restore_shape,
     scatter_rows_constant,
-    scatter_rows_runtime,
+    shape_tensor,
 )
 from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule, Skip
 
@@ -67,22 +76,59 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     k, q = int(k), len(indices.shape)
     b = ctx.builder
     dims = dims_of(b, data)
-    rows = mul(b, *dims[:k])
-    data2 = b.op("Flatten", [data], {"axis": k})  # [rows, S]
-    upd2 = b.op("Flatten", [updates], {"axis": q - 1})  # [U, S]
+    lead, trailing = dims[:k], dims[k:]
+    rows = mul(b, *lead)
     value = ctx.folder.value(indices) if isinstance(rows, int) and rows <= MAX_MAP_ENTRIES else None
     if value is not None:
-        lin = numpy_linear(value, [int(d) for d in dims[:k]])  # type: ignore[arg-type]
-        out = scatter_rows_constant(b, data2, upd2, lin, int(rows), reduction, dtype)  # type: ignore[arg-type]
+        sizes = [int(d) for d in lead]  # type: ignore[arg-type]
+        out = scatter_rows_constant(b, _rows(b, data, k, trailing), _rows(b, updates, q - 1, trailing), numpy_linear(value, sizes),
+                                    int(rows), reduction, dtype, sizes)  # type: ignore[arg-type]
+        replace_tensor(ctx.graph, node.outputs[0], out)
+        return
+    n_updates = mul(b, *dims_of(b, indices)[:-1])
+    flat_idx = b.op("Flatten", [indices], {"axis": q - 1})  # [U, k]
+    nonneg = known_nonnegative(indices, ctx.folder)
+    if reduction == "none":
+        j = _factor_split(lead, n_updates)
+        if j is not None:  # rows = hi x lo: two small one-hots and a MatMul instead of rows x U
+            n_hi, n_lo = int(np.prod(lead[:j])), int(np.prod(lead[j:]))  # type: ignore[arg-type]
+            check_grid("updates x updates", n_updates, n_updates)
+            hi = linear_index(b, flat_idx, lead[:j], nonneg)
+            lo = linear_index(b, flat_idx, lead[j:], nonneg, first=j)
+            last = last_writer_factored(b, hi, lo, n_hi, n_lo, int(n_updates))  # type: ignore[arg-type]
+        else:
+            check_grid("data rows x updates", rows, n_updates)
+            last = last_writer(b, one_hot(b, linear_index(b, flat_idx, lead, nonneg), rows, n_updates), n_updates)
+        out = gather_written(b, _rows(b, data, k, trailing), _rows(b, updates, q - 1, trailing), last, rows, n_updates,
+                             index_shape=shape_tensor(b, lead) if k > 1 else None)
     else:
-        n_updates = mul(b, *dims_of(b, indices)[:-1])
-        row_size = mul(b, *dims[k:])
-        check_grid("data rows x updates" + (" x row size" if reduction != "none" else ""),
-                   rows, n_updates, *((row_size,) if reduction != "none" else ()))
-        flat_idx = b.op("Flatten", [indices], {"axis": q - 1})  # [U, k]
-        lin_t = linear_index(b, flat_idx, dims[:k], known_nonnegative(indices, ctx.folder))
-        out = scatter_rows_runtime(b, data2, upd2, lin_t, rows, n_updates, reduction, dtype)  # type: ignore[arg-type]
-    replace_tensor(ctx.graph, node.outputs[0], restore_shape(b, out, data))
+        check_grid("data rows x updates x row size", rows, n_updates, mul(b, *trailing))
+        grid = one_hot(b, linear_index(b, flat_idx, lead, nonneg), rows, n_updates)  # [rows, U]
+        data2 = b.op("Flatten", [data], {"axis": k})  # [rows, S]
+        upd_t = b.transpose(b.op("Flatten", [updates], {"axis": q - 1}), [1, 0])  # [S, U]: reduce over the last axis
+        out = restore_shape(b, reduce_into(b, data2, b.unsqueeze(grid, [-2]), upd_t, reduction, dtype), data)  # type: ignore[arg-type]
+    replace_tensor(ctx.graph, node.outputs[0], out)
+
+
+def _factor_split(lead: list[Dim], updates: Dim) -> int | None:
+    """Where to split the indexed dims into hi x lo for the factored last writer, if it is cheaper."""
+    if len(lead) < 2 or not all(isinstance(d, int) for d in lead) or not isinstance(updates, int):
+        return None
+    if updates > MAX_FACTORED_UPDATES:
+        return None
+    sizes = [int(d) for d in lead]  # type: ignore[arg-type]
+    j = max(range(1, len(sizes)), key=lambda s: min(np.prod(sizes[:s]), np.prod(sizes[s:])))
+    n_hi, n_lo = int(np.prod(sizes[:j])), int(np.prod(sizes[j:]))
+    return j if n_hi + n_lo + updates < n_hi * n_lo else None
+
+
+def _rows(b: Builder, x: gs.Tensor, lead: int, trailing: list[Dim]) -> gs.Tensor:
+    """``x`` with its ``lead`` leading dims merged into one: ``[rows, *trailing]``."""
+    if lead == 1:
+        return x
+    if lead == 0:
+        return b.unsqueeze(x, [0])
+    return b.reshape(x, shape_tensor(b, [-1, *trailing]))
 
 
 PASS = Pass(
