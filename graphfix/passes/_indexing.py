@@ -19,7 +19,9 @@ Two scatter kernels, both exact (results are copied or reduced, never recomputed
 * **runtime indices**: a one-hot grid ``Equal(arange(rows)[:, None], lin[None, :])`` of
   ``rows x updates`` booleans. ``none``: the last writer per row is ``ReduceMax`` of
   ``Cast(grid) * (update_number + 1)`` (float32, exact below 2^24 updates), and one ``Gather``
-  picks each output row from the data or from that update. Reductions: ``data op ReduceX(
+  picks each output row from the data or from that update. When the rows factor into hi x lo
+  (ScatterND with k >= 2), duplicates are dropped first and a MatMul of two small one-hots gives
+  the writers without the rows x updates grid. Reductions: ``data op ReduceX(
   Where(grid, update, neutral))`` over the updates axis, ``rows x row_size x updates`` elements;
   rows nobody writes reduce to the neutral element, which leaves the data bit for bit.
 """

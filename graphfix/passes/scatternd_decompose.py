@@ -18,15 +18,24 @@ the k index columns to one linear row index, negatives + dim):
 * runtime indices: ``grid = Equal(arange(rows)[:, None], lin[None, :])`` (rows x U booleans).
   ``none``: the last writer of each row is ReduceMax of ``Cast(grid) * (u + 1)`` in float32, and
   one Gather picks each row from the data or from that update (exact, any dtype; the index is
-  shaped so the Gather's output already has the data's shape). Reductions:
-  ``data op ReduceX(Where(grid[:, None, :], updates^T, neutral))`` over U: rows x S x U
-  elements; rows nobody writes reduce to the neutral element (-0.0 for float add), which
-  leaves the data bit for bit.
+  shaped so the Gather's output already has the data's shape). With k >= 2 static indexed dims
+  and U <= 2048 the rows split into hi x lo and the grid is never built: earlier duplicates are
+  dropped with a U x U grid, then ``MatMul(onehot(hi) * (u + 1), onehot(lo)^T)`` gives the writer
+  per cell (SuperPoint's 4800-cell x 1024-keypoint write: 24x -> 3.8x native in onnxruntime).
+  Reductions: ``data op ReduceX(Where(grid[:, None, :], updates^T, neutral))`` over U: rows x S x
+  U elements; rows nobody writes reduce to the neutral element (-0.0 for float add), which leaves
+  the data bit for bit.
 
-Memory: the runtime grid holds rows x U elements for ``none`` (BOOL + float32) and rows x U x S
-for reductions; above 2^25 elements (static shapes) the node is left as is with a finding.
-Dynamic shapes are rewritten unbounded (their size is unknown when the pass runs). Integer
-reductions use ReduceX on integers, which the 8.x operator tables list for FP32/FP16 only.
+Memory (static shapes; above 2^25 = 33.5M elements the node is left as is with a finding): the
+runtime grid holds rows x U elements for ``none`` (BOOL, then float32: 5 bytes each, 168 MB at
+the limit), U x U + (hi + lo) x U in the factored form, rows x S x U for reductions. Dynamic
+shapes are rewritten unbounded (their size is unknown when the pass runs). Constant source maps
+up to 2^22 rows.
+
+Precision: writer numbers are float32 (ReduceMax is float-only before TensorRT 9): exact up to
+2^24 updates; a TensorRT build with FP16 enabled may run those layers in half precision, exact up
+to 2048 updates only (the factored MatMul form is limited to 2048 for the same reason, TF32).
+Integer reductions use ReduceX on integers, which the 8.x operator tables list for FP32/FP16 only.
 """
 
 from __future__ import annotations
