@@ -134,7 +134,7 @@ PASS = Pass(
     summary="Rewrite ScatterElements (any reduction) as Gathers over Concat(data, updates), or a per-row one-hot grid.",
     ops=frozenset({"ScatterElements"}),
     rules=(
-        Rule(NO_IMPORTER, "<8.2-EA", "no ScatterElements importer", error="unsupported-op-plugin-fallback-generic",
+        Rule(NO_IMPORTER, "<8.2-EA", "no ScatterElements importer (the generic plugin-fallback error)",
              evidence="operator table (ScatterElements from 8.2-EA)"),
         Rule(WRONG_RESULTS, ">=8.2-EA,<10.0", "reduction attribute silently ignored (plain overwrite)", _reduction,
              evidence="importer source 8.2/8.6/9.3 (no error: a wrong result)"),
