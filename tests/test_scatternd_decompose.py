@@ -52,6 +52,16 @@ def test_factored_last_writer_with_duplicates():
     assert not [f for f in check_model(result.model, "8.0").findings if f.rule == "no-importer"]
 
 
+def test_later_pass_skips_the_replaced_node():
+    """scatternd-cast (order 20) must not rewrite the dead ScatterND scatternd-decompose replaced."""
+    import graphfix
+
+    result = graphfix.fix(_scatter([5, 3], [2, 1], dtype=np.bool_), ["scatternd-decompose", "scatternd-cast"])
+    records = {r.name: r for r in result.report.passes}
+    assert records["scatternd-decompose"].verdict == "kept"
+    assert records["scatternd-cast"].verdict == "unchanged" and records["scatternd-cast"].matched == 0
+
+
 def _scatter(shape, ishape, reduction="none", constant=None, dtype=np.float32, opset=18):
     k = ishape[-1]
     ushape = [*ishape[:-1], *shape[k:]]

@@ -195,8 +195,9 @@ class Pass:
     ) -> tuple[int, int, list[Finding]]:
         """Rewrite every matching node of ``graph`` and of its If/Loop/Scan bodies, in place.
 
-        Returns (matched, rewritten, findings). Each live node is visited once (nodes an earlier pass replaced are skipped); every rewrite is
-        recorded in ``log`` (what it added and replaced) so it can be undone alone.
+        Returns (matched, rewritten, findings). Each live node is visited once (nodes an earlier
+        pass replaced are skipped); every rewrite is recorded in ``log`` (what it added and
+        replaced) so it can be undone alone.
         """
         log = log if log is not None else EditLog()
         matched, rewritten, findings = 0, 0, []
