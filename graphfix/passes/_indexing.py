@@ -18,10 +18,12 @@ Two scatter kernels, both exact (results are copied or reduced, never recomputed
   max/min the group's own first update).
 * **runtime indices**: a one-hot grid ``Equal(arange(rows)[:, None], lin[None, :])`` of
   ``rows x updates`` booleans. ``none``: the last writer per row is ``ReduceMax`` of
-  ``Where(grid, update_number + 1, 0)`` (float32, exact below 2^24 updates), and one ``Gather``
-  picks each output row from the data or from that update. Reductions: ``ReduceX`` over
-  ``Where(grid, update, neutral)`` of ``rows x updates x row_size`` elements, then
-  ``Where(hit, data op reduced, data)`` (rows nobody writes keep their data bit for bit).
+  ``Cast(grid) * (update_number + 1)`` (float32, exact below 2^24 updates), and one ``Gather``
+  picks each output row from the data or from that update. When the rows factor into hi x lo
+  (ScatterND with k >= 2), duplicates are dropped first and a MatMul of two small one-hots gives
+  the writers without the rows x updates grid. Reductions: ``data op ReduceX(
+  Where(grid, update, neutral))`` over the updates axis, ``rows x row_size x updates`` elements;
+  rows nobody writes reduce to the neutral element, which leaves the data bit for bit.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ MAX_GRID_ELEMENTS = 1 << 25
 MAX_MAP_ENTRIES = 1 << 22
 #: Update numbers are compared as float32 (ReduceMax is float-only before TensorRT 9): exact below this.
 MAX_UPDATES = 1 << 24
+#: The factored (MatMul) last-writer form is used up to this many updates (exact in TF32/FP16 MatMuls).
+MAX_FACTORED_UPDATES = 2048
 #: (elementwise op, reduce op) per ONNX ``reduction``.
 REDUCE = {"add": ("Add", "ReduceSum"), "mul": ("Mul", "ReduceProd"), "max": ("Max", "ReduceMax"), "min": ("Min", "ReduceMin")}
 _INT_MAX = np.iinfo(np.int64).max
@@ -126,8 +130,9 @@ def normalized(b: Builder, col: gs.Tensor, size: Dim, nonneg: bool) -> gs.Tensor
                 dtype=np.int64)
 
 
-def linear_index(b: Builder, idx: gs.Tensor, sizes: Sequence[Dim], nonneg: bool) -> gs.Tensor:
-    """``idx[..., k]`` (k = len(sizes)) -> row-major linear index ``[...]`` into a block of ``sizes``.
+def linear_index(b: Builder, idx: gs.Tensor, sizes: Sequence[Dim], nonneg: bool, first: int = 0) -> gs.Tensor:
+    """Columns ``first..first+len(sizes)-1`` of ``idx[..., k]`` -> row-major linear index ``[...]``
+    into a block of ``sizes``.
 
     One Gather per column and integer Mul/Add: exact, and no ReduceSum over integers (float-only in
     TensorRT < 9).
@@ -135,7 +140,7 @@ def linear_index(b: Builder, idx: gs.Tensor, sizes: Sequence[Dim], nonneg: bool)
     lin: gs.Tensor | None = None
     stride: Dim = 1
     for j in reversed(range(len(sizes))):
-        col = b.op("Gather", [idx, np.array(j, np.int64)], {"axis": -1}, dtype=np.int64)
+        col = b.op("Gather", [idx, np.array(first + j, np.int64)], {"axis": -1}, dtype=np.int64)
         col = normalized(b, col, sizes[j], nonneg)
         term = col if isinstance(stride, int) and stride == 1 else b.op("Mul", [col, dim_tensor(b, stride)], dtype=np.int64)
         lin = term if lin is None else b.op("Add", [term, lin], dtype=np.int64)
@@ -160,9 +165,10 @@ def numpy_linear(idx: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
 
 # ----------------------------------------------------------------- reductions
 def neutral(reduction: str, dtype: np.dtype) -> np.ndarray:
-    """The element a reduction leaves unchanged: 0, 1, the type's lowest / highest value."""
+    """The element a reduction leaves unchanged, bit for bit: -0.0 (x + -0.0 is x, even for x = -0.0;
+    0 for integers), 1, the type's lowest / highest value (-inf / inf for floats)."""
     if reduction == "add":
-        return np.array(0, dtype)
+        return np.array(-0.0 if dtype.kind == "f" else 0, dtype)
     if reduction == "mul":
         return np.array(1, dtype)
     if dtype.kind == "f":
@@ -175,48 +181,50 @@ def check_reduction(reduction: str, dtype: np.dtype | None) -> None:
     if reduction != "none" and reduction not in REDUCE:
         raise Skip(f"reduction={reduction!r} is not one graphfix knows")
     if reduction != "none" and (dtype is None or dtype.kind not in "fiu"):
-        raise Skip(f"reduction={reduction!r} on {dtype} data (ONNX defines reductions on numbers only)")
+        raise Skip(f"reduction={reduction!r} on {dtype} data is not rewritten (numbers only)")
 
 
 # ------------------------------------------------------------ constant kernel
 def scatter_rows_constant(
-    b: Builder, data2: gs.Tensor, upd2: gs.Tensor, lin: np.ndarray, rows: int, reduction: str, dtype: np.dtype
+    b: Builder, data_rows: gs.Tensor, upd_rows: gs.Tensor, lin: np.ndarray, rows: int, reduction: str, dtype: np.dtype,
+    out_index_shape: Sequence[int],
 ) -> gs.Tensor:
-    """``data2[rows, S]`` with ``upd2[U, S]`` written to constant rows ``lin[U]``: Gathers only."""
+    """``data_rows[rows, ...]`` with ``upd_rows[U, ...]`` written to constant rows ``lin[U]``: Gathers only.
+
+    The final Gather's constant index table has ``out_index_shape`` (prod = rows), so its output
+    already has the data's shape.
+    """
     source = np.arange(rows, dtype=np.int64)
     if reduction == "none":
         source[lin] = rows + np.arange(len(lin))  # fancy assignment keeps the last duplicate: last write wins
-        return _gather(b, b.concat([data2, upd2], 0), source)
+        return _gather(b, b.concat([data_rows, upd_rows], 0), source.reshape(out_index_shape))
     targets, inverse, counts = np.unique(lin, return_inverse=True, return_counts=True)
     width = int(counts.max(initial=0))
     if width <= 1:
-        reduced = _gather(b, upd2, np.argsort(inverse, kind="stable"))
+        reduced = _gather(b, upd_rows, np.argsort(inverse.reshape(-1), kind="stable"))
     else:
-        reduced = _reduced_groups(b, upd2, lin, targets, inverse, width, reduction, dtype)
-    op = REDUCE[reduction][0]
-    new_rows = b.op(op, [_gather(b, data2, targets), reduced])
+        reduced = _reduced_groups(b, upd_rows, inverse.reshape(-1), len(targets), width, reduction, dtype)
+    new_rows = b.op(REDUCE[reduction][0], [_gather(b, data_rows, targets), reduced])
     source[targets] = rows + np.arange(len(targets))
-    return _gather(b, b.concat([data2, new_rows], 0), source)
+    return _gather(b, b.concat([data_rows, new_rows], 0), source.reshape(out_index_shape))
 
 
 def _reduced_groups(
-    b: Builder, upd2: gs.Tensor, lin: np.ndarray, targets: np.ndarray, inverse: np.ndarray, width: int, reduction: str, dtype: np.dtype
+    b: Builder, upd_rows: gs.Tensor, inverse: np.ndarray, n_targets: int, width: int, reduction: str, dtype: np.dtype
 ) -> gs.Tensor:
     """Per target row, ReduceX over its updates (a [T, width] index table, padded)."""
-    groups: list[list[int]] = [[] for _ in targets]
-    for u, g in enumerate(inverse.reshape(-1).tolist()):
+    groups: list[list[int]] = [[] for _ in range(n_targets)]
+    for u, g in enumerate(inverse.tolist()):
         groups[g].append(u)
     if reduction in ("max", "min"):  # idempotent: pad with the group's own first update
         table = np.array([g + [g[0]] * (width - len(g)) for g in groups], np.int64)
-        source = upd2
+        source = upd_rows
     else:  # add/mul: pad with a row of the neutral element
-        pad = len(lin)
+        pad = len(inverse)
         table = np.array([g + [pad] * (width - len(g)) for g in groups], np.int64)
-        row_size = b.op("Gather", [b.shape(upd2), np.array([1], np.int64)], {"axis": 0}, dtype=np.int64)
-        fill = b.op("Expand", [b.const(neutral(reduction, dtype).reshape(1, 1)), b.concat([np.array([1], np.int64), row_size], 0)])
-        source = b.concat([upd2, fill], 0)
-    picked = _gather(b, source, table)
-    return b.reduce(REDUCE[reduction][1], picked, [1], keepdims=False)
+        one_row = b.concat([np.array([1], np.int64), b.slice(b.shape(upd_rows), [1], [_INT_MAX], axes=[0])], 0)
+        source = b.concat([upd_rows, b.op("Expand", [b.const(neutral(reduction, dtype)), one_row])], 0)
+    return b.reduce(REDUCE[reduction][1], _gather(b, source, table), [1], keepdims=False)
 
 
 def _gather(b: Builder, x: gs.Tensor, rows: np.ndarray) -> gs.Tensor:
@@ -236,58 +244,82 @@ def check_grid(what: str, *sizes: Dim) -> None:
                        f"{MAX_GRID_ELEMENTS} (2^25); left as is")
 
 
-def scatter_rows_runtime(
-    b: Builder,
-    data3: gs.Tensor,
-    upd3: gs.Tensor,
-    lin: gs.Tensor,
-    rows: Dim,
-    updates: Dim,
-    reduction: str,
-    dtype: np.dtype,
-    batch: Sequence[Dim] = (),
-) -> gs.Tensor:
-    """``data3[*batch, rows, S]`` with ``upd3[*batch, U, S]`` written at runtime rows ``lin[*batch, U]``.
-
-    Returns the new ``[*batch, rows, S]``. The batch dims are scattered independently (one grid
-    per batch entry, never batch^2).
-    """
+def one_hot(b: Builder, lin: gs.Tensor, rows: Dim, updates: Dim) -> gs.Tensor:
+    """``grid[..., r, u] = lin[..., u] == r``: BOOL ``[..., rows, U]``."""
     if isinstance(updates, int) and updates >= MAX_UPDATES:
         raise Skip(f"{updates} updates: the float32 update numbers would not be exact (limit 2^24)")
-    grid = b.op("Equal", [b.unsqueeze(arange(b, rows), [-1]), b.unsqueeze(lin, [-2])], dtype=np.bool_)  # [*batch, rows, U]
-    if reduction == "none":
-        return _last_write(b, data3, upd3, grid, rows, updates, batch)
-    op, reduce_op = REDUCE[reduction]
-    hit = b.op("Greater", [b.reduce("ReduceMax", b.cast(grid, np.float32), [-1], keepdims=True), np.array(0, np.float32)],
-               dtype=np.bool_)  # [*batch, rows, 1]
-    values = b.op("Where", [b.unsqueeze(grid, [-1]), b.unsqueeze(upd3, [-3]), b.const(neutral(reduction, dtype))])
-    reduced = b.reduce(reduce_op, values, [-2], keepdims=False)  # [*batch, rows, S]
-    return b.op("Where", [hit, b.op(op, [data3, reduced]), data3])
+    return b.op("Equal", [b.unsqueeze(arange(b, rows), [-1]), b.unsqueeze(lin, [-2])], dtype=np.bool_)
 
 
-def _last_write(
-    b: Builder, data3: gs.Tensor, upd3: gs.Tensor, grid: gs.Tensor, rows: Dim, updates: Dim, batch: Sequence[Dim]
-) -> gs.Tensor:
-    """Each row from the data or from the last update written to it (onnxruntime's order)."""
+def update_numbers(b: Builder, updates: Dim) -> gs.Tensor:
+    """1..U as float32 (ReduceMax is float-only before TensorRT 9; exact below 2^24)."""
     if isinstance(updates, int):
-        number: gs.Tensor = b.const(np.arange(1, updates + 1, dtype=np.float32), hint="update_number")
-    else:
-        number = b.op("Add", [arange(b, updates, np.float32), np.array(1, np.float32)], dtype=np.float32)
-    last = b.reduce("ReduceMax", b.op("Where", [grid, number, np.array(0, np.float32)], dtype=np.float32), [-1], keepdims=False)
+        return b.const(np.arange(1, updates + 1, dtype=np.float32), hint="update_number")
+    return b.op("Add", [arange(b, updates, np.float32), np.array(1, np.float32)], dtype=np.float32)
+
+
+def last_writer(b: Builder, grid: gs.Tensor, updates: Dim) -> gs.Tensor:
+    """``[*batch, rows]`` float: 1 + the last update written to each row, 0 for none.
+
+    ReduceMax of ``Cast(grid) * (u + 1)``: the numbers are finite, so the product is exact (and a
+    broadcasting Where costs 3x more in onnxruntime).
+    """
+    weighted = b.op("Mul", [b.cast(grid, np.float32), update_numbers(b, updates)], dtype=np.float32)
+    return b.reduce("ReduceMax", weighted, [-1], keepdims=False)
+
+
+def last_writer_factored(b: Builder, hi: gs.Tensor, lo: gs.Tensor, n_hi: int, n_lo: int, updates: int) -> gs.Tensor:
+    """:func:`last_writer` for a row index ``hi * n_lo + lo`` without the ``rows x U`` grid.
+
+    Earlier duplicates are dropped first (a ``U x U`` grid: is there a later update to the same
+    row?); with one writer per row left, ``MatMul(onehot(hi) * (u + 1), onehot(lo)^T)`` adds one
+    number and zeros per cell: ``n_hi x U + U x n_lo + U x U`` elements instead of
+    ``n_hi x n_lo x U``. Exact while u + 1 <= 2048 even under TF32/FP16 MatMul (11-bit significand).
+    """
+    number = update_numbers(b, updates)
+    lin = b.op("Add", [b.op("Mul", [hi, np.array(n_lo, np.int64)], dtype=np.int64), lo], dtype=np.int64)
+    later = last_writer(b, b.op("Equal", [b.unsqueeze(lin, [-1]), b.unsqueeze(lin, [0])], dtype=np.bool_), updates)
+    kept = b.op("Mul", [b.cast(b.op("Equal", [later, number], dtype=np.bool_), np.float32), number], dtype=np.float32)
+    rows_hi = b.op("Mul", [b.cast(one_hot(b, hi, n_hi, updates), np.float32), kept], dtype=np.float32)  # [n_hi, U]
+    rows_lo = b.cast(b.op("Equal", [b.unsqueeze(lo, [-1]), arange(b, n_lo)], dtype=np.bool_), np.float32)  # [U, n_lo]
+    return b.reshape(b.op("MatMul", [rows_hi, rows_lo], dtype=np.float32), np.array([-1], np.int64))
+
+
+def gather_written(
+    b: Builder, data_rows: gs.Tensor, upd_rows: gs.Tensor, last: gs.Tensor, rows: Dim, updates: Dim,
+    batch: Sequence[Dim] = (), index_shape: gs.Tensor | None = None,
+) -> gs.Tensor:
+    """Each row from the data or from its last writer (``last`` from :func:`last_writer`), one Gather.
+
+    ``data_rows`` / ``upd_rows`` hold the batch-major rows (``[batch*rows, ...]`` /
+    ``[batch*U, ...]``); the source index is reshaped to ``index_shape`` when given, so the Gather
+    writes the data's shape directly.
+    """
     hit = b.op("Greater", [last, np.array(0, np.float32)], dtype=np.bool_)
-    writer = b.cast(last, np.int64)  # 1-based update number, [*batch, rows]
+    writer = b.cast(last, np.int64)
     own = arange(b, rows)
     n_batch = mul(b, *batch)
     if batch:
         first = b.reshape(arange(b, n_batch), shape_tensor(b, [*batch, 1]))  # [*batch, 1]
         own = b.op("Add", [b.op("Mul", [first, dim_tensor(b, rows)], dtype=np.int64), own], dtype=np.int64)
         writer = b.op("Add", [b.op("Mul", [first, dim_tensor(b, updates)], dtype=np.int64), writer], dtype=np.int64)
-        data3 = b.op("Flatten", [data3], {"axis": len(batch) + 1})
-        upd3 = b.op("Flatten", [upd3], {"axis": len(batch) + 1})
-    offset = mul(b, n_batch, rows)  # update rows follow the data rows
+    offset = mul(b, n_batch, rows)  # update rows follow the data rows; the writer is 1-based
     shift = offset - 1 if isinstance(offset, int) else b.op("Sub", [offset, np.array(1, np.int64)], dtype=np.int64)
     source = b.op("Where", [hit, b.op("Add", [writer, dim_tensor(b, shift)], dtype=np.int64), own], dtype=np.int64)
-    return b.op("Gather", [b.concat([data3, upd3], 0), source], {"axis": 0})  # [*batch, rows, S]
+    if index_shape is not None:
+        source = b.reshape(source, index_shape)
+    return b.op("Gather", [b.concat([data_rows, upd_rows], 0), source], {"axis": 0})
+
+
+def reduce_into(b: Builder, data: gs.Tensor, grid: gs.Tensor, upd: gs.Tensor, reduction: str, dtype: np.dtype) -> gs.Tensor:
+    """``data op ReduceX(Where(grid, upd, neutral))`` over the last axis (the updates).
+
+    ``grid`` and ``upd`` broadcast to ``[..., U]`` with ``...`` = ``data``'s shape. Rows no update
+    reaches reduce to the neutral element, and ``data op neutral`` is ``data`` bit for bit.
+    """
+    op, reduce_op = REDUCE[reduction]
+    values = b.op("Where", [grid, upd, b.const(neutral(reduction, dtype))])
+    return b.op(op, [data, b.reduce(reduce_op, values, [-1], keepdims=False)])
 
 
 def restore_shape(b: Builder, out: gs.Tensor, like: gs.Tensor) -> gs.Tensor:

@@ -29,7 +29,7 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, Folder, to_graph, to_model
 from graphfix.graph.convert import all_graphs
-from graphfix.graph.edits import Edit, EditLog
+from graphfix.graph.edits import Edit, EditLog, live_nodes
 from graphfix.trt.versions import TrtVersion, VersionRange
 
 # Rule kinds: the specific thing a TensorRT release objects to.
@@ -195,8 +195,9 @@ class Pass:
     ) -> tuple[int, int, list[Finding]]:
         """Rewrite every matching node of ``graph`` and of its If/Loop/Scan bodies, in place.
 
-        Returns (matched, rewritten, findings). Each node is visited once; every rewrite is
-        recorded in ``log`` (what it added and replaced) so it can be undone alone.
+        Returns (matched, rewritten, findings). Each live node is visited once (nodes an earlier
+        pass replaced are skipped); every rewrite is recorded in ``log`` (what it added and
+        replaced) so it can be undone alone.
         """
         log = log if log is not None else EditLog()
         matched, rewritten, findings = 0, 0, []
@@ -204,7 +205,8 @@ class Pass:
         for g in list(all_graphs(graph)):
             g.opset = graph.opset
             ctx = Context(g, Builder(g, self.name, shared), Folder(g), None if force else trt, force)
-            candidates = [n for n in g.nodes if self.match(n, ctx)]
+            live = live_nodes(g)  # a node an earlier pass replaced stays in g.nodes until cleanup: skip it
+            candidates = [n for n in g.nodes if id(n) in live and self.match(n, ctx)]
             matched += len(candidates)
             for node in candidates:
                 ctx.builder = Builder(g, node.name or node.op, shared)

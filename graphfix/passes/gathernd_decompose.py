@@ -89,7 +89,7 @@ PASS = Pass(
     summary="Rewrite GatherND (any batch_dims) as a linear index and one Gather on a flattened view.",
     ops=frozenset({"GatherND"}),
     rules=(
-        Rule(NO_IMPORTER, "<8.2-EA", "no GatherND importer", error="unsupported-op-plugin-fallback-generic",
+        Rule(NO_IMPORTER, "<8.2-EA", "no GatherND importer (the generic plugin-fallback error)",
              evidence="operator table (GatherND from 8.2-EA)"),
     ),
     rewrite=rewrite,

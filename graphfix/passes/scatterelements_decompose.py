@@ -15,13 +15,18 @@ How:
 * runtime indices: the axis is moved last; for every position of the other axes (the "row") a
   one-hot grid ``Equal(arange(D)[:, None], idx[..., None, :])`` of D x I (D = data's axis length,
   I = indices' axis length) — never (data size) x (indices size). ``none``: the last writer by
-  ReduceMax of ``Where(grid, t + 1, 0)`` and one Gather; reductions: ``ReduceX(Where(grid,
-  updates, neutral))`` and ``Where(hit, data op reduced, data)``. Where the indices cover fewer
-  rows than the data, the rest of the data is sliced off first and concatenated back.
+  ReduceMax of ``Cast(grid) * (t + 1)`` and one Gather; reductions: ``data op ReduceX(Where(grid,
+  updates, neutral))`` (rows nobody writes reduce to the neutral element and keep their data bit
+  for bit). Where the indices cover fewer rows than the data, the rest of the data is sliced off
+  first and concatenated back.
 
-Memory: the grid holds rows x D x I elements (BOOL, plus float32 for ``none``); above 2^25 with
-static shapes the node is reported, not rewritten. Float add/mul with duplicate targets sum in a
-different order than onnxruntime's sequential loop (last-bit differences).
+Memory: the grid holds rows x D x I elements (BOOL, plus float32 for ``none`` or the Where'd
+updates for reductions); above 2^25 with static shapes the node is reported, not rewritten.
+Dynamic shapes are rewritten unbounded. Float add/mul with duplicate targets sum in a different
+order than onnxruntime's sequential loop (last-bit differences). Cost: onnxruntime's native op
+is O(updates); the grid is O(updates x D), so a reduction into many slots is slow on CPU
+(``scatter_reduce`` amax of 512 edges x 64 features into 100 nodes: ~100x native), which is
+the price of importing at all before 8.2 or of a right answer in 8.2-9.x.
 
 Left out: ScatterElements on BOOL/INT8 data for >= 8.2 (a type issue, not a missing importer).
 """
@@ -39,13 +44,15 @@ from graphfix.passes._indexing import (
     check_grid,
     check_reduction,
     dims_of,
+    gather_written,
     known_nonnegative,
+    last_writer,
     mul,
     normalized,
-    restore_shape,
+    one_hot,
+    reduce_into,
     same_dim,
     scatter_rows_constant,
-    scatter_rows_runtime,
     shape_tensor,
 )
 from graphfix.passes.base import NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule, Skip
@@ -85,10 +92,9 @@ def _constant(b: Builder, data: gs.Tensor, updates: gs.Tensor, idx: np.ndarray, 
     coords = np.indices(idx.shape, dtype=np.int64)
     coords[axis] = fixed
     lin = np.ravel_multi_index(tuple(coords.reshape(len(shape), -1)), shape).astype(np.int64)
+    flat = np.array([-1], np.int64)
     total = int(np.prod(shape, dtype=np.int64))
-    data1 = b.reshape(data, np.array([total, 1], np.int64))
-    upd1 = b.reshape(updates, np.array([lin.size, 1], np.int64))
-    return restore_shape(b, scatter_rows_constant(b, data1, upd1, lin, total, reduction, dtype), data)
+    return scatter_rows_constant(b, b.reshape(data, flat), b.reshape(updates, flat), lin, total, reduction, dtype, shape)
 
 
 def _runtime(b: Builder, ctx: Context, data: gs.Tensor, indices: gs.Tensor, updates: gs.Tensor, axis: int,
@@ -104,10 +110,13 @@ def _runtime(b: Builder, ctx: Context, data: gs.Tensor, indices: gs.Tensor, upda
     data_t, idx_t, upd_t = (b.transpose(t, perm) if moved else t for t in (data, as_int64(b, indices), updates))
     cut = [j for j, s in enumerate(same) if not s]  # axes where the indices cover fewer rows than the data
     sub = _slice(b, data_t, [0] * len(cut), [idims[j] for j in cut], cut) if cut else data_t
-    lin = normalized(b, idx_t, ddims[-1], nonneg)
-    out3 = scatter_rows_runtime(b, b.unsqueeze(sub, [-1]), b.unsqueeze(upd_t, [-1]), lin, ddims[-1], idims[-1],
-                                reduction, dtype, batch=idims[:-1])
-    out = b.squeeze(out3, [-1])
+    grid = one_hot(b, normalized(b, idx_t, ddims[-1], nonneg), ddims[-1], idims[-1])  # [*rows, D, I]
+    if reduction == "none":
+        flat = np.array([-1], np.int64)
+        last = last_writer(b, grid, idims[-1])
+        out = gather_written(b, b.reshape(sub, flat), b.reshape(upd_t, flat), last, ddims[-1], idims[-1], batch=idims[:-1])
+    else:
+        out = reduce_into(b, sub, grid, b.unsqueeze(upd_t, [-2]), reduction, dtype)
     for n in reversed(range(len(cut))):  # put back the data rows no index reaches, last axis first
         earlier, j = cut[:n], cut[n]
         rest = _slice(b, data_t, [0] * n + [idims[j]], [idims[e] for e in earlier] + [_INT_MAX], [*earlier, j])
@@ -125,7 +134,7 @@ PASS = Pass(
     summary="Rewrite ScatterElements (any reduction) as Gathers over Concat(data, updates), or a per-row one-hot grid.",
     ops=frozenset({"ScatterElements"}),
     rules=(
-        Rule(NO_IMPORTER, "<8.2-EA", "no ScatterElements importer", error="unsupported-op-plugin-fallback-generic",
+        Rule(NO_IMPORTER, "<8.2-EA", "no ScatterElements importer (the generic plugin-fallback error)",
              evidence="operator table (ScatterElements from 8.2-EA)"),
         Rule(WRONG_RESULTS, ">=8.2-EA,<10.0", "reduction attribute silently ignored (plain overwrite)", _reduction,
              evidence="importer source 8.2/8.6/9.3 (no error: a wrong result)"),
