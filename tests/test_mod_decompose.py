@@ -58,7 +58,7 @@ def test_constant_divisor_of_one_sign_needs_one_comparison():
 
 @pytest.mark.parametrize("version,rewrites", [(v, True) for v in INSIDE] + [(v, False) for v in OUTSIDE])
 def test_version_boundaries(version, rewrites):
-    result = passes.get("mod-decompose").apply(FIXTURES[0].build(), trt=version)
+    result = passes.get("mod-decompose").apply(FIXTURES[0].build(), trt=version)  # integer %
     assert (result.rewritten > 0) == rewrites
     assert ("Mod" in _ops(result.model)) != rewrites
 
@@ -69,23 +69,23 @@ def test_float_floor_mod_below_opset_28_is_a_finding():
     assert result.rewritten == 0 and "invalid ONNX before opset 28" in result.findings[0].message
 
 
+@pytest.mark.parametrize("version", ["7.0", "8.4.3", "8.5", "8.6", "10.1", "11.1"])
+def test_float_floor_mod_is_rewritten_for_every_release(version):
+    fx = next(f for f in FIXTURES if f.name == "float_remainder_opset28")
+    result = passes.get("mod-decompose").apply(fx.build(), trt=version)
+    assert result.rewritten == 1 and "Mod" not in _ops(result.model)
+    x = np.linspace(-10, 10, 21, dtype=np.float32).reshape(7, 3)
+    np.testing.assert_allclose(ort_run(result.model, {"x": x})[0], np.mod(x, np.array([2.5, -4.0, 0.75], np.float32)), atol=1e-5)
+
+
 @pytest.mark.parametrize("case", node_cases("Mod"), ids=lambda c: c.name)
 def test_onnx_node_cases(case):
-    float_floor = case.data_sets[0][0][0].dtype.kind == "f" and "fmod_0" in case.name
+    m = runnable(case.model, 28 if "fmod_0" in case.name else 13)  # float floor-mod needs opset 28
     for inputs, expected in case.data_sets:
-        if float_floor:
-            # opset 28 (float floor-mod) needs IR 14, which onnxruntime cannot load: rewrite, then run
-            # the Mod-free result at opset 23, where every op it uses means the same.
-            result = passes.get("mod-decompose").apply(case.model)
-            assert result.rewritten == 1
-            m = result.model
-            m.opset_import[0].version, m.ir_version = 23, 10
-        else:
-            m = runnable(case.model, 13)
-            result = check_rewrite(m, "mod-decompose", case_feeds(m, inputs))
-            m = result.model
-        assert "Mod" not in _ops(m)
-        got = ort_run(m, case_feeds(m, inputs))[0]
+        feeds = case_feeds(m, inputs)
+        result = check_rewrite(m, "mod-decompose", feeds)
+        assert "Mod" not in _ops(result.model)
+        got = ort_run(result.model, feeds)[0]
         assert got.dtype == expected[0].dtype
         np.testing.assert_allclose(got.astype(np.float64), expected[0].astype(np.float64), rtol=1e-6, atol=0)
 

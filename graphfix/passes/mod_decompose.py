@@ -5,9 +5,8 @@ Exports emit it for Python ``%`` on integer tensors (dynamo: ``Mod(fmod=0)``; SA
 window-partition padding ``(ws - H % ws) % ws``, YOLOv10's head) and for ``torch.fmod``
 (``Mod(fmod=1)``). From 8.5 the importer exists but asserts integer inputs for ``fmod=0``
 ("Inputs cannot be of floating point types", 8.5-10.1 source), so the float floor-mod that
-ONNX allows from opset 28 is rejected by every release; that is left out as a rule because
-opset 28 needs IR version 14, which onnxruntime (and so graphfix's verification) cannot load
-yet, but the rewrite below already implements it.
+ONNX allows from opset 28 (Python ``%`` on float tensors as one node) is rejected by every
+release.
 
 Rewrite, with ``trunc`` division ``q`` (ONNX integer Div truncates toward zero, and so does
 TensorRT's kDIV, which its own Mod importer relies on):
@@ -37,13 +36,18 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
-from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.passes.base import NO_IMPORTER, TYPE, Context, Pass, Rule, Skip
 
 #: Integer types computed in a wider signed type (ONNX Div/Less kernels and TensorRT lack them).
 _WIDEN = {np.dtype(np.int8): np.int32, np.dtype(np.int16): np.int32, np.dtype(np.uint8): np.int32,
           np.dtype(np.uint16): np.int32, np.dtype(np.uint32): np.int64}
 #: Float types computed in FP32.
 _UPCAST = ("float16", "bfloat16")
+
+
+def _float_floor_mod(node: gs.Node, ctx: Context) -> bool:
+    dtype = tensor_dtype(node.inputs[0])
+    return int(node.attrs.get("fmod", 0)) == 0 and dtype is not None and (dtype.kind == "f" or str(dtype) == "bfloat16")
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -116,6 +120,8 @@ PASS = Pass(
     rules=(
         Rule(NO_IMPORTER, ">=7.0,<8.5", "no Mod importer", error="mod-not-supported",
              evidence="operator table; importer source (first in 8.5.1)"),
+        Rule(TYPE, ">=8.5", "Mod fmod=0 on floats (opset 28): the importer takes only integers for fmod=0",
+             _float_floor_mod, error="mod-not-supported", evidence="importer source 8.5-10.1"),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",
