@@ -9,7 +9,10 @@ encodings hits it, as does ``mask1 ^ mask2`` on BOOL masks.
 Rewrite: ``And(Or(a, b), Not(And(a, b)))``, bit-exact, broadcasting like Xor. ``Not(Equal(a,
 b))`` would be one node shorter, but TensorRT's Equal is an elementwise comparison on numbers
 and not documented for BOOL operands, while And/Or/Not are the BOOL ops every release >= 7.0
-imports (5.1/6.0 lack And/Or/Not too, hence the rule's lower bound).
+imports (5.1/6.0 lack And/Or/Not too, hence the rule's lower bound). When the Xor sits on a
+shape path (``x.size(2) // 2`` with dynamic axes), 8.0-8.2 cannot evaluate the unary Not on shape
+tensors, but the exporter's own ``_floor_divide`` already puts a Not on that path, so the rewrite
+adds no new failure there.
 """
 
 from __future__ import annotations
