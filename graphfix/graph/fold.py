@@ -81,6 +81,10 @@ class Folder:
             return _static_shape_value(node)
         if any(isinstance(v, gs.Graph) for v in node.attrs.values()):
             return None
+        if node.op in ("Gather", "Slice"):
+            picked = self._static_dims_of_shape(node, t)
+            if picked is not None:
+                return picked
         values = []
         for i in node.inputs:
             if not i.name:
@@ -98,6 +102,29 @@ class Folder:
             if out_tensor is not t:
                 self._memo.setdefault(id(out_tensor), _bounded(out_value, self.max_elements))
         return _bounded(outs[node.outputs.index(t)], self.max_elements)
+
+
+    def _static_dims_of_shape(self, node: gs.Node, t: gs.Tensor) -> np.ndarray | None:
+        """Gather/Slice of Shape(x) picking only static dims of an otherwise dynamic x (``x.shape[1]``)."""
+        source = self._producer(node.inputs[0])
+        if source is None or source.op != "Shape" or self._memo.get(id(node.inputs[0])) is not None:
+            return None
+        shape = source.inputs[0].shape
+        if shape is None:
+            return None
+        window = list(shape)[source.attrs.get("start", 0) : source.attrs.get("end", None)]
+        partial = np.asarray([d if isinstance(d, (int, np.integer)) and d >= 0 else -1 for d in window], np.int64)
+        values: list[np.ndarray | None] = [partial]
+        for i in node.inputs[1:]:
+            v = np.asarray(i.values) if isinstance(i, gs.Constant) else self._memo.get(id(i)) if i.name else None
+            if i.name and v is None:
+                return None
+            values.append(v)
+        try:
+            out = _evaluate(node, values, self.opset)[0]
+        except Exception:  # noqa: BLE001 - unevaluable means "not constant"
+            return None
+        return None if np.any(out < 0) else out  # -1 marks a dynamic dim
 
 
 def _bounded(v: np.ndarray | None, limit: int) -> np.ndarray | None:

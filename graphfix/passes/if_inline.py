@@ -1,0 +1,148 @@
+"""if-inline: an If whose condition is known without running the model becomes its taken branch.
+
+Why: exporters emit If for tests that are decided at export time but computed in the graph:
+the legacy torch.onnx exporter's rank tests (``Size(Shape(x)) == 4`` in index_put/scatter
+lowerings) and ``Tensor.squeeze(dim)`` at opset >= 11 (``If(Shape(x)[dim] == 1, Squeeze,
+Identity)``, decided once the input shape is fixed). TensorRT inlines a constant-condition If
+only when the condition *is* an initializer; otherwise:
+
+* 7.0 has no If importer at all (5.1/6.0 neither);
+* 7.1-7.2 assert "If condition must be a initializer!";
+* 8.0+ build an IIfConditionalLayer, whose outputs must have the same shape (8.0-10.0:
+  broadcastable; 10.1+: equal rank): "IIfConditionalOutputLayer inputs must have the same
+  shape" for the squeeze idiom, whose branches differ in rank; and both branches returning the
+  same tensor fails "conditional subgraphs ... different output tensor names".
+
+Rewrite: the condition is folded (``ctx.folder`` folds Shape/Size of static dims), the taken
+branch is copied into the parent graph (its nested subgraphs included, outer-scope references
+kept, branch-local names kept unless they clash with a parent name, nested Ifs that fold
+inlined too) and its outputs become the If's outputs (an Identity where a branch returns an
+outer-scope tensor or the same tensor twice). A condition that does not fold is never matched:
+no rewrite can choose the branch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import Builder, is_weights, replace_tensor
+from graphfix.graph.convert import all_graphs
+from graphfix.passes.base import LIMIT, MUST_BE_WEIGHTS, NO_IMPORTER, Context, Pass, Rule, Skip
+
+
+def _condition(node: gs.Node, ctx: Context) -> bool | None:
+    value = ctx.folder.value(node.inputs[0]) if node.inputs else None
+    if value is None or np.asarray(value).size != 1:
+        return None
+    return bool(np.asarray(value).reshape(-1)[0])
+
+
+def _folds(node: gs.Node, ctx: Context) -> bool:
+    return _condition(node, ctx) is not None
+
+
+def _computed(node: gs.Node, ctx: Context) -> bool:
+    return _folds(node, ctx) and not is_weights(node.inputs[0])
+
+
+def _shapes_differ(a: gs.Tensor, b: gs.Tensor) -> bool:
+    if a.shape is None or b.shape is None:
+        return False  # unknown: not provably rejected
+    if len(a.shape) != len(b.shape):
+        return True
+    return any(isinstance(x, int) and isinstance(y, int) and x != y and 1 not in (x, y) for x, y in zip(a.shape, b.shape, strict=True))
+
+
+def _branch_shapes_differ(node: gs.Node, ctx: Context) -> bool:
+    then, other = node.attrs.get("then_branch"), node.attrs.get("else_branch")
+    if not isinstance(then, gs.Graph) or not isinstance(other, gs.Graph) or not _computed(node, ctx):
+        return False
+    return any(_shapes_differ(a, b) for a, b in zip(then.outputs, other.outputs, strict=False))
+
+
+def _branches_share_outputs(node: gs.Node, ctx: Context) -> bool:
+    then, other = node.attrs.get("then_branch"), node.attrs.get("else_branch")
+    if not isinstance(then, gs.Graph) or not isinstance(other, gs.Graph) or not _computed(node, ctx):
+        return False
+    return any(a.name == b.name for a, b in zip(then.outputs, other.outputs, strict=False))
+
+
+def rewrite(node: gs.Node, ctx: Context) -> None:
+    taken = _condition(node, ctx)
+    if taken is None:
+        raise Skip("the condition is computed at runtime; no rewrite can choose the branch")
+    branch = node.attrs.get("then_branch" if taken else "else_branch")
+    if not isinstance(branch, gs.Graph) or len(branch.outputs) != len(node.outputs):
+        raise Skip("malformed If: the taken branch is missing or its output count differs from the node's")
+    _inline(node, branch, ctx)
+
+
+def _inline(node: gs.Node, branch: gs.Graph, ctx: Context) -> None:
+    copy = branch.copy(tensor_map=_outer_scope(branch))
+    _keep_names_unique(copy, ctx)
+    ctx.graph.nodes.extend(copy.nodes)
+    b = ctx.builder
+    local = {id(o) for n in copy.nodes for o in n.outputs}
+    became: dict[int, gs.Tensor] = {}  # branch output -> the If output it now is
+    for old, new in zip(node.outputs, copy.outputs, strict=True):
+        if id(new) in became:  # returned twice: the second If output copies the first
+            new = b.op("Identity", [became[id(new)]], dtype=old.dtype, shape=old.shape)
+        elif id(new) not in local:  # an initializer of the branch (or an outer tensor)
+            new = b.op("Identity", [new], dtype=old.dtype, shape=old.shape)
+        else:
+            became[id(new)] = old
+        replace_tensor(ctx.graph, old, new)
+    for inner in copy.nodes:
+        if inner.op == "If" and PASS.match(inner, ctx):
+            taken = _condition(inner, ctx)
+            inner_branch = inner.attrs.get("then_branch" if taken else "else_branch")
+            if isinstance(inner_branch, gs.Graph) and len(inner_branch.outputs) == len(inner.outputs):
+                _inline(inner, inner_branch, ctx)
+
+
+def _outer_scope(branch: gs.Graph) -> dict[str, gs.Tensor]:
+    """Every tensor the branch (at any depth) reads but does not define: kept as the same objects."""
+    defined: set[int] = set()
+    read: dict[str, gs.Tensor] = {}
+    for g in all_graphs(branch):
+        defined.update(id(t) for t in g.inputs)
+        for n in g.nodes:
+            defined.update(id(o) for o in n.outputs)
+            read.update((i.name, i) for i in n.inputs if i.name)
+        read.update((o.name, o) for o in g.outputs if o.name)
+    return {name: t for name, t in read.items() if id(t) not in defined}
+
+
+def _keep_names_unique(copy: gs.Graph, ctx: Context) -> None:
+    """Branch-local names stay (the If and its branches go away) unless the parent uses them."""
+    taken = set(ctx.graph.tensors()) | {n.name for n in ctx.graph.nodes}
+    b: Builder = ctx.builder
+    for n in copy.nodes:
+        if n.name in taken or not n.name:
+            n.name = b.name(n.op)
+        for o in n.outputs:
+            if o.name and o.name in taken:
+                o.name = b.name(o.name.rsplit("/", 1)[-1] or n.op)
+
+
+PASS = Pass(
+    name="if-inline",
+    order=4,
+    summary="Replace an If whose condition folds to a constant by the nodes of its taken branch.",
+    ops=frozenset({"If"}),
+    rules=(
+        Rule(NO_IMPORTER, "<7.1", "no If importer (its condition folds: the branch can be inlined)", _folds,
+             error="unsupported-op-plugin-fallback-generic", evidence="operator table; importer source (first in 7.1)"),
+        Rule(MUST_BE_WEIGHTS, ">=7.1,<8.0", "If condition must be an initializer (it is computed, but folds)", _computed,
+             error="if-condition-not-initializer", evidence="importer source 7.1-7.2"),
+        Rule(LIMIT, ">=8.0", "If branches return different ranks/shapes and the folding condition is not an initializer",
+             _branch_shapes_differ, error="if-branch-shape-mismatch",
+             evidence="importer source 8.0-10.1 (only initializer conditions are inlined); NVIDIA/TensorRT#1731"),
+        Rule(LIMIT, ">=8.0", "both If branches return the same tensor and the folding condition is not an initializer",
+             _branches_share_outputs, error="if-branch-outputs-count-or-names",
+             evidence="operator table (distinct tensor names); NVIDIA/TensorRT#2723"),
+    ),
+    rewrite=rewrite,
+    doc=__doc__ or "",
+)

@@ -1,0 +1,128 @@
+"""mod-decompose: Mod as Div/Mul/Sub plus a sign fix-up, exact for integers.
+
+Why: TensorRT parsers before 8.5 have no Mod importer ("No importer registered for op: Mod").
+Exports emit it for Python ``%`` on integer tensors (dynamo: ``Mod(fmod=0)``; SAM's
+window-partition padding ``(ws - H % ws) % ws``, YOLOv10's head) and for ``torch.fmod``
+(``Mod(fmod=1)``). From 8.5 the importer exists but asserts integer inputs for ``fmod=0``
+("Inputs cannot be of floating point types", 8.5-10.1 source), so the float floor-mod that
+ONNX allows from opset 28 (Python ``%`` on float tensors as one node) is rejected by every
+release.
+
+Rewrite, with ``trunc`` division ``q`` (ONNX integer Div truncates toward zero, and so does
+TensorRT's kDIV, which its own Mod importer relies on):
+
+* C remainder ``t = a - b * q`` (``fmod=1``; the sign of ``a``). Integers: ``q = Div(a, b)``,
+  exact. Floats: ``q = trunc(a / b)`` as Floor/Ceil chosen by sign (there is no Trunc op), and
+  ``t = a`` where ``q == 0``, which also gives ``fmod(x, ±inf) = x`` as the spec says instead of
+  ``inf * 0 = NaN``.
+* ``fmod=0`` (Python/floor rule, the sign of ``b``): floats use ``q = Floor(a / b)``; both then
+  get ``t + b`` where ``t != 0`` and its sign differs from ``b``'s (``Less``/``Greater``/``And``/
+  ``Or``/``Where``: no product ``t * b`` that could overflow; one comparison when ``b`` is a
+  constant of one sign), so integers are exact over their whole range and float ``x % ±inf``
+  follows the spec's special cases.
+
+Float results are ``a - b * q`` rounded, like TensorRT's own Mod importer (not correctly
+rounded as C ``fmod`` is when ``|a / b|`` is large; the quotient can also round across an
+integer when ``a / b`` is within an ulp of one). FP16/BF16 compute in FP32 and cast back, which
+is what onnxruntime does; 8/16-bit and uint32 integers compute in INT32/INT64 (exact).
+Signed zeros are not preserved. Every op used is imported by 7.0 (Where/Less/Greater/And/Or are
+N in 5.1/6.0, so the rule starts at 7.0). A float ``fmod=0`` below opset 28 is invalid ONNX and
+is left as a finding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import Builder, replace_tensor, tensor_dtype
+from graphfix.passes.base import NO_IMPORTER, TYPE, Context, Pass, Rule, Skip
+
+#: Integer types computed in a wider signed type (ONNX Div/Less kernels and TensorRT lack them).
+_WIDEN = {np.dtype(np.int8): np.int32, np.dtype(np.int16): np.int32, np.dtype(np.uint8): np.int32,
+          np.dtype(np.uint16): np.int32, np.dtype(np.uint32): np.int64}
+#: Float types computed in FP32.
+_UPCAST = ("float16", "bfloat16")
+
+
+def _float_floor_mod(node: gs.Node, ctx: Context) -> bool:
+    dtype = tensor_dtype(node.inputs[0])
+    return int(node.attrs.get("fmod", 0)) == 0 and dtype is not None and (dtype.kind == "f" or str(dtype) == "bfloat16")
+
+
+def rewrite(node: gs.Node, ctx: Context) -> None:
+    a, b_in = node.inputs[0], node.inputs[1]
+    dtype = tensor_dtype(a)
+    if dtype is None:
+        raise Skip("input type is unknown (run shape inference upstream)")
+    fmod = int(node.attrs.get("fmod", 0))
+    is_float = dtype.kind == "f" or str(dtype) == "bfloat16"
+    if is_float and fmod == 0 and ctx.opset < 28:
+        raise Skip("fmod=0 on floats is invalid ONNX before opset 28 (the spec requires fmod=1)")
+    ranks = [len(t.shape) if t.shape is not None else None for t in (a, b_in)]
+    if None in ranks:
+        raise Skip("input rank is unknown (run shape inference upstream)")
+    rank = max(ranks)  # type: ignore[type-var]
+    b = ctx.builder
+    work = np.dtype(np.float32) if str(dtype) in _UPCAST else np.dtype(_WIDEN.get(dtype, dtype))
+    x, y = (_widen(b, t, r, rank, work, dtype) for t, r in zip((a, b_in), ranks, strict=True))
+    if is_float:
+        out = _float_mod(b, x, y, work, floor=fmod == 0)
+    else:
+        out = b.op("Sub", [x, b.op("Mul", [y, b.op("Div", [x, y])])])
+    if fmod == 0 and dtype.kind != "u":
+        out = _sign_fix(b, out, y, work, ctx.folder.value(b_in))
+    if work != dtype:
+        out = b.cast(out, dtype)
+    replace_tensor(ctx.graph, node.outputs[0], out)
+
+
+def _widen(b: Builder, t: gs.Tensor, rank: int, target: int, work: np.dtype, dtype: np.dtype) -> gs.Tensor:
+    """The operand at the output rank (TensorRT 7.x Where needs equal ranks) in the working type."""
+    if rank < target:
+        t = b.unsqueeze(t, list(range(target - rank)))
+    return b.cast(t, work) if work != dtype else t
+
+
+def _float_mod(b: Builder, x: gs.Tensor, y: gs.Tensor, work: np.dtype, floor: bool) -> gs.Tensor:
+    """x - y * q with q = floor(x / y) or trunc(x / y); x itself where q == 0 (exact, and right for y = ±inf)."""
+    ratio = b.op("Div", [x, y])
+    if floor:
+        q = b.op("Floor", [ratio])
+    else:
+        zero = np.zeros((), work)
+        q = b.op("Where", [b.op("Less", [ratio, zero]), b.op("Ceil", [ratio]), b.op("Floor", [ratio])])
+    rem = b.op("Sub", [x, b.op("Mul", [y, q])])
+    return b.op("Where", [b.op("Equal", [q, np.zeros((), work)]), x, rem])
+
+
+def _sign_fix(b: Builder, t: gs.Tensor, y: gs.Tensor, work: np.dtype, divisor: np.ndarray | None) -> gs.Tensor:
+    """t + y where t != 0 and sign(t) != sign(y): the floor rule from the truncating one.
+    A constant divisor of one sign (``x % 16``) needs one comparison instead of five nodes."""
+    zero = np.zeros((), work)
+    if divisor is not None and divisor.size and np.all(divisor > 0):
+        differ = b.op("Less", [t, zero])
+    elif divisor is not None and divisor.size and np.all(divisor < 0):
+        differ = b.op("Greater", [t, zero])
+    else:
+        differ = b.op("Or", [
+            b.op("And", [b.op("Less", [t, zero]), b.op("Greater", [y, zero])]),
+            b.op("And", [b.op("Greater", [t, zero]), b.op("Less", [y, zero])]),
+        ])
+    return b.op("Where", [differ, b.op("Add", [t, y]), t])
+
+
+PASS = Pass(
+    name="mod-decompose",
+    order=42,
+    summary="Rewrite Mod (Python % / torch.fmod) into Div/Mul/Sub with a sign fix-up (exact for integers).",
+    ops=frozenset({"Mod"}),
+    rules=(
+        Rule(NO_IMPORTER, ">=7.0,<8.5", "no Mod importer", error="mod-not-supported",
+             evidence="operator table; importer source (first in 8.5.1)"),
+        Rule(TYPE, ">=8.5", "Mod fmod=0 on floats (opset 28): the importer takes only integers for fmod=0",
+             _float_floor_mod, error="mod-not-supported", evidence="importer source 8.5-10.1"),
+    ),
+    rewrite=rewrite,
+    doc=__doc__ or "",
+)
