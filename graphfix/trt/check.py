@@ -43,6 +43,12 @@ NOT_SUPPORTED_IDS = {
     "Mish": "decomposable-op-missing", "Celu": "decomposable-op-missing", "Trilu": "decomposable-op-missing",
     "OneHot": "decomposable-op-missing", "Shrink": "decomposable-op-missing",
 }
+#: op -> what to change upstream, for ops a release lacks that no exact rewrite can replace.
+NO_REWRITE = {
+    "NonZero": "no NonZero before TensorRT 8.5, and no exact rewrite: its output length depends on the data "
+               "(torch.nonzero, x[mask], torch.where(cond)). Keep shapes fixed in the export (Where(mask, x, fill), "
+               "or TopK over mask scores for a fixed K), run this stage outside the engine, or target TensorRT >= 8.5",
+}
 _TYPE_TOKENS = {"float32": "FP32", "float16": "FP16", "int32": "INT32", "int64": "INT64", "int8": "INT8", "uint8": "UINT8",
                 "bool": "BOOL", "float64": "DOUBLE"}
 
@@ -146,7 +152,8 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
     if entry is None or not entry.supported:
         fixer = _fixing_pass(node, ctx)
         source = "importer source" if entry is not None else "operator table (op not listed for this release)"
-        yield _finding(node, BLOCKING, f"TensorRT {release.key}'s parser has no importer for {node.op}",
+        message = NO_REWRITE.get(node.op, f"TensorRT {release.key}'s parser has no importer for {node.op}")
+        yield _finding(node, BLOCKING, message,
                        NOT_SUPPORTED_IDS.get(node.op, "unsupported-op-plugin-fallback-generic"), fixer,
                        rule="no-importer", evidence=source)
         return
