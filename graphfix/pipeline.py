@@ -34,7 +34,7 @@ from graphfix.errors import GraphfixError
 from graphfix.graph import Builder, Folder, to_graph, to_model
 from graphfix.graph.convert import all_graphs
 from graphfix.graph.edits import EditLog, live_nodes
-from graphfix.model_io import first_line, passes_full_check, runtime_compatible
+from graphfix.model_io import checker_problem, first_line, passes_full_check, runtime_compatible
 from graphfix.passes.base import Context, Pass
 from graphfix.report import ERROR, KEPT, ROLLED_BACK, UNCHANGED, UNVERIFIED, PassRecord, Report
 from graphfix.trt.versions import TrtVersion
@@ -369,10 +369,9 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
 
 def _invalid(model: onnx.ModelProto, full_check: bool) -> str | None:
     try:
-        onnx.checker.check_model(runtime_compatible(model), full_check=full_check)
-    except Exception as exc:  # noqa: BLE001
-        return first_line(exc)
-    return None
+        return checker_problem(runtime_compatible(model), full_check)
+    except GraphfixError as exc:
+        return str(exc)
 
 
 def _trt_summary(before: onnx.ModelProto, after: onnx.ModelProto, trt: str) -> dict[str, Any]:
