@@ -7,12 +7,12 @@ leaves graphfix (to disk or to an onnxruntime session) goes through :func:`runti
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
 
+from graphfix.atomic import first_line, write_atomic  # noqa: F401 - re-exported: the one writer
 from graphfix.errors import GraphfixError
 
 #: Highest IR version onnxruntime 1.31 loads.
@@ -23,11 +23,6 @@ MIN_OPSET = 7
 _PROTO_LIMIT = 2**31 - 1
 
 
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0].strip()
-
-
 def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     """Read and structurally check a model; every failure is a GraphfixError naming the file."""
     p = Path(path)
@@ -35,14 +30,22 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise GraphfixError("no such file", str(p))
     if p.is_dir():
         raise GraphfixError("is a directory, not an ONNX file", str(p))
+    _check_source(p)
     try:
         model = onnx.load(str(p))
-    except (DecodeError, RuntimeError, ValueError, OSError) as exc:
+    except (DecodeError, RuntimeError, ValueError, OSError, onnx.checker.ValidationError) as exc:
         raise GraphfixError(f"not a readable ONNX model ({first_line(exc)})", str(p)) from exc
     if not model.graph.node and not model.graph.output:
         raise GraphfixError("not an ONNX model (no graph, no outputs)", str(p))
     check_graph(model, str(p))
     return model
+
+
+def _check_source(p: Path) -> None:
+    """Before reading: a regular file protobuf can parse, external data inside its folder."""
+    from graphfix.paths import read_plan
+
+    read_plan(p)
 
 
 def default_opset(model: onnx.ModelProto) -> int:
@@ -54,6 +57,7 @@ def default_opset(model: onnx.ModelProto) -> int:
 
 def check_graph(model: onnx.ModelProto, where: str) -> None:
     """Reject graphs graphfix cannot rewrite safely: unsupported opset, cycles, dangling inputs."""
+    _check_domains(model, where)
     opset = default_opset(model)
     newest = onnx.defs.onnx_opset_version()
     if not MIN_OPSET <= opset <= newest:
@@ -65,6 +69,17 @@ def check_graph(model: onnx.ModelProto, where: str) -> None:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         raise GraphfixError(f"invalid graph: {first_line(exc)}", where) from exc
+
+
+def _check_domains(model: onnx.ModelProto, where: str) -> None:
+    """A model importing only other domains (ai.onnx.ml) has nothing graphfix rewrites."""
+    if model.opset_import and not any(imp.domain in ("", "ai.onnx") for imp in model.opset_import):
+        others = ", ".join(f"{imp.domain} {imp.version}" for imp in model.opset_import)
+        raise GraphfixError(f"imports no standard ONNX opset (only {others}); graphfix rewrites standard ONNX operators", where)
+    from graphfix.paths import MAX_MODEL_BYTES
+
+    if model.ByteSize() > MAX_MODEL_BYTES:
+        raise GraphfixError("model is larger than protobuf's 2 GiB limit; graphfix handles models up to 2 GiB for now", where)
 
 
 def structural_problem(graph: onnx.GraphProto) -> str | None:
@@ -129,33 +144,8 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
     write_atomic(path, model.SerializeToString())
 
 
-def write_atomic(path: str | os.PathLike, data: bytes, what: str = "output") -> None:
-    """A temp file in the target directory, then rename: nothing half-written ever remains."""
-    p = Path(path)
-    if not p.parent.exists():
-        raise GraphfixError(f"{what} directory {p.parent} does not exist", str(p))
-    if p.is_dir():
-        raise GraphfixError(f"{what} path is a directory", str(p))
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, p)
-    except OSError as exc:
-        raise GraphfixError(f"cannot write {what} ({first_line(exc)})", str(p)) from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def check_output_path(inp: str | os.PathLike, out: str | os.PathLike) -> None:
     """Fail before any work when the output cannot be written or would overwrite the input."""
-    pi, po = Path(inp), Path(out)
-    if po.exists() and pi.exists() and os.path.samefile(pi, po) or pi.resolve() == po.resolve():
-        raise GraphfixError("output path is the input path; graphfix never overwrites its input", str(po))
-    if not po.parent.exists():
-        raise GraphfixError(f"output directory {po.parent} does not exist", str(po))
-    if po.is_dir():
-        raise GraphfixError("output path is a directory", str(po))
-    if not os.access(po.parent, os.W_OK):
-        raise GraphfixError(f"output directory {po.parent} is not writable", str(po))
+    from graphfix.paths import plan_fix
+
+    plan_fix(inp, out)
