@@ -110,7 +110,7 @@ def fix(
         check_graph(model, "<model>")
     else:
         model = load_model(model)
-    inputs = _check_inputs(model, inputs, inputs_file, verify, input_shapes, iterations)
+    inputs = _check_inputs(model, inputs, inputs_file, verify, input_shapes, iterations, source)
     settings = pipeline.Settings(
         passes=passes if isinstance(passes, str) else tuple(passes), skip=tuple(skip), trt=trt,
         force=tuple(force), verify=verify, strict=strict, atol=atol, rtol=rtol, seed=seed,
@@ -126,13 +126,13 @@ def fix(
 
 
 def _check_inputs(model: onnx.ModelProto, inputs, inputs_file: str | None, verify: bool,
-                  input_shapes: dict[str, Sequence[int]] | None, iterations: int) -> list[dict[str, np.ndarray]] | None:
+                  input_shapes: dict[str, Sequence[int]] | None, iterations: int, where: str | None) -> list[dict[str, np.ndarray]] | None:
     """What verification will feed: checked loaded inputs, or a budget for random ones."""
     if verify:
-        options.check_verifiable(model)
+        options.check_verifiable(model, where)
     if inputs is None:
         if verify:
-            options.check_feed_budget(model, input_shapes or {}, iterations)
+            options.check_feed_budget(model, input_shapes or {}, iterations, where)
         return None
     if inputs_file is not None:
         from graphfix.verify import load_inputs

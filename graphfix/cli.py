@@ -93,6 +93,8 @@ def _exit(exc: BaseException, verbose: bool) -> int:
 
 
 def _say(line: str, code: int) -> int:
+    """One line, whatever the message quotes (a tensor name may hold a newline or an escape)."""
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
     with contextlib.suppress(OSError):
         print(line, file=sys.stderr)
     return code

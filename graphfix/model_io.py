@@ -69,13 +69,16 @@ def check_graph(model: onnx.ModelProto, where: str) -> None:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         raise GraphfixError(f"invalid graph: {first_line(exc)}", where) from exc
+    except UnicodeDecodeError as exc:  # a name or attribute string is not UTF-8 (a corrupt file)
+        raise GraphfixError(f"invalid graph: a name or string is not valid UTF-8 ({first_line(exc)})", where) from exc
 
 
 def _check_domains(model: onnx.ModelProto, where: str) -> None:
     """A model importing only other domains (ai.onnx.ml) has nothing graphfix rewrites."""
-    if model.opset_import and not any(imp.domain in ("", "ai.onnx") for imp in model.opset_import):
+    if not any(imp.domain in ("", "ai.onnx") for imp in model.opset_import):
         others = ", ".join(f"{imp.domain} {imp.version}" for imp in model.opset_import)
-        raise GraphfixError(f"imports no standard ONNX opset (only {others}); graphfix rewrites standard ONNX operators", where)
+        only = f"only {others}" if others else "its opset_import list is empty"
+        raise GraphfixError(f"imports no standard ONNX opset ({only}); graphfix rewrites standard ONNX operators", where)
     from graphfix.paths import MAX_MODEL_BYTES
 
     if model.ByteSize() > MAX_MODEL_BYTES:

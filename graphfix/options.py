@@ -68,29 +68,37 @@ def _type_name(elem_type: int) -> str:
         return f"type {elem_type}"
 
 
-def check_verifiable(model: onnx.ModelProto) -> None:
+def check_verifiable(model: onnx.ModelProto, where: str | None = None) -> None:
     """Verification feeds random tensors and compares tensor outputs: say which input or output
     it cannot handle, instead of an onnxruntime/polygraphy error about something else."""
     for vi in _graph_inputs(model):
         if vi.type.WhichOneof("value") != "tensor_type":
-            raise GraphfixError(f"input '{vi.name}' is {_kind(vi.type)}; verification feeds tensors only: use --no-verify")
+            raise GraphfixError(f"input '{vi.name}' is {_kind(vi.type)}; verification feeds tensors only: use --no-verify", where)
         et = vi.type.tensor_type.elem_type
+        bad = [d.dim_value for d in vi.type.tensor_type.shape.dim if d.HasField("dim_value") and d.dim_value < 0]
+        if bad:
+            raise GraphfixError(f"input '{vi.name}' declares a negative dimension ({bad[0]})", where)
         if et not in FEEDABLE:
-            raise GraphfixError(f"input '{vi.name}' has type {_type_name(et)}, which verification cannot generate or compare: use --no-verify")
+            raise GraphfixError(f"input '{vi.name}' has type {_type_name(et)}, which verification cannot generate or compare: use --no-verify", where)
     for vi in model.graph.output:
         if vi.type.WhichOneof("value") not in ("tensor_type", None):
-            raise GraphfixError(f"output '{vi.name}' is {_kind(vi.type)}; verification compares tensor outputs only: use --no-verify")
+            raise GraphfixError(f"output '{vi.name}' is {_kind(vi.type)}; verification compares tensor outputs only: use --no-verify", where)
         if vi.type.tensor_type.elem_type in UNRETURNABLE:
-            raise GraphfixError(f"output '{vi.name}' has type {_type_name(vi.type.tensor_type.elem_type)}, which onnxruntime cannot return to Python: use --no-verify")
+            raise GraphfixError(f"output '{vi.name}' has type {_type_name(vi.type.tensor_type.elem_type)}, which onnxruntime cannot return to Python: use --no-verify", where)
 
 
-def check_feed_budget(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], iterations: int) -> None:
+def check_feed_budget(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], iterations: int, where: str | None = None) -> None:
     """Random inputs must fit in memory: at most MAX_FEED_BYTES over all iterations."""
     total = 0
     named = dict(shapes)
     for vi in _graph_inputs(model):
         tt = vi.type.tensor_type
-        dims = named.get(vi.name) or [d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim]
+        dims = named.get(vi.name)
+        if dims is None:
+            dims = [d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim]
+            if 0 in dims:  # empty random inputs verify nothing (and crash some onnxruntime kernels)
+                raise GraphfixError(f"input '{vi.name}' declares a dimension of 0, so random inputs would be empty: "
+                                    "give its shape with --input-shapes, or use --no-verify", where)
         try:
             itemsize = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).itemsize
         except (KeyError, TypeError, ValueError):
@@ -101,7 +109,7 @@ def check_feed_budget(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]
             shape = "x".join(map(str, dims))
             raise GraphfixError(
                 f"input '{vi.name}' ({shape}) makes {_bytes(total * iterations)} of random inputs over {iterations} iteration(s); "
-                "graphfix generates at most 2 GiB: set smaller --input-shapes or --iterations")
+                "graphfix generates at most 2 GiB: set smaller --input-shapes or --iterations", where)
 
 
 def _bytes(n: int) -> str:

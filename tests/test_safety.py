@@ -41,7 +41,9 @@ def snapshot(root: Path) -> dict[str, tuple[str, int]]:
         if p.is_symlink():
             snap[str(p.relative_to(root))] = ("link:" + os.readlink(p), 0)
         elif p.is_file():
-            snap[str(p.relative_to(root))] = (hashlib.sha256(p.read_bytes()).hexdigest(), stat.S_IMODE(p.stat().st_mode))
+            st = p.stat()
+            digest = hashlib.sha256(p.read_bytes()).hexdigest() if st.st_size < 2**26 else f"{st.st_size}@{st.st_mtime_ns}"
+            snap[str(p.relative_to(root))] = (digest, stat.S_IMODE(st.st_mode))
     return snap
 
 
