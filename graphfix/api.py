@@ -102,7 +102,7 @@ def fix(
     ``inputs``: feeds (one dict per iteration) or a ``.npz``/polygraphy JSON file of them.
     Bad settings, paths or inputs raise GraphfixError before any work.
     """
-    options.check_settings(passes=passes, iterations=iterations, seed=seed, atol=atol, rtol=rtol)
+    options.check_settings(passes=passes, iterations=iterations, seed=seed, atol=atol, rtol=rtol, val_range=val_range)
     source = None if isinstance(model, onnx.ModelProto) else str(model)
     inputs_file = None if inputs is None or isinstance(inputs, list | tuple) else str(inputs)
     paths.plan_fix(source, output, load_inputs=inputs_file)

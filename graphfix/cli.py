@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from graphfix import __version__
-from graphfix.atomic import Terminated, first_line, signal_raised, signals_as_exceptions
+from graphfix.atomic import Terminated, deferred_signals, first_line, signal_raised, signals_as_exceptions
 from graphfix.commands import COMMANDS
 from graphfix.errors import GraphfixError
 
@@ -103,7 +103,9 @@ def _say(line: str, code: int) -> int:
 def _main(args_list: list[str]) -> int:
     if args_list and args_list[0] not in COMMANDS and not args_list[0].startswith("-"):
         args_list.insert(0, "fix")
-    parser = build_parser()
+    with deferred_signals():  # a signal now is delivered once the imports are done
+        parser = build_parser()
+        _preload()
     args = parser.parse_args(args_list)
     if args.command is None:
         parser.print_help()
@@ -112,6 +114,19 @@ def _main(args_list: list[str]) -> int:
         return int(args._module.run(args))
     with quiet_libraries():
         return int(args._module.run(args))
+
+
+def _preload() -> None:
+    """Import the native libraries while signals are deferred: a KeyboardInterrupt raised inside a
+    C extension's import (onnx's nanobind, onnxruntime's pybind11) aborts or crashes the process
+    ("terminate called after throwing nanobind::python_error", SIGSEGV) instead of unwinding."""
+    import numpy.random  # noqa: F401 - polygraphy's DataLoader imports it on first use
+    import onnx  # noqa: F401
+    import onnx_graphsurgeon  # noqa: F401
+    import onnxruntime  # noqa: F401
+    import polygraphy.backend.onnxrt  # noqa: F401
+    import polygraphy.comparator  # noqa: F401
+    import polygraphy.json  # noqa: F401
 
 
 @contextlib.contextmanager

@@ -74,15 +74,81 @@ def check_graph(model: onnx.ModelProto, where: str) -> None:
 
 
 def _check_domains(model: onnx.ModelProto, where: str) -> None:
-    """A model importing only other domains (ai.onnx.ml) has nothing graphfix rewrites."""
+    """What onnx.checker lets through but graphfix cannot work on: no standard opset (a model of
+    ai.onnx.ml only), negative declared dims, more than protobuf's 2 GiB."""
     if not any(imp.domain in ("", "ai.onnx") for imp in model.opset_import):
         others = ", ".join(f"{imp.domain} {imp.version}" for imp in model.opset_import)
         only = f"only {others}" if others else "its opset_import list is empty"
         raise GraphfixError(f"imports no standard ONNX opset ({only}); graphfix rewrites standard ONNX operators", where)
     from graphfix.paths import MAX_MODEL_BYTES
 
+    problem = _negative_dim(model.graph) or _tensor_size_problem(model.graph)
+    if problem:  # onnx's shape inference aborts the process on negative dims (std::clamp assertion)
+        raise GraphfixError(f"invalid graph: {problem}", where)
     if model.ByteSize() > MAX_MODEL_BYTES:
         raise GraphfixError("model is larger than protobuf's 2 GiB limit; graphfix handles models up to 2 GiB for now", where)
+
+
+def _negative_dim(graph: onnx.GraphProto) -> str | None:
+    """A declared dimension below 0 (invalid ONNX), in this graph or a subgraph."""
+    for kind, infos in (("input", graph.input), ("output", graph.output), ("value", graph.value_info)):
+        for vi in infos:
+            if vi.type.HasField("tensor_type"):
+                dims = [d.dim_value for d in vi.type.tensor_type.shape.dim if d.dim_value < 0]
+                if dims:
+                    return f"{kind} '{vi.name}' declares dimension {dims[0]} (dimensions are >= 0)"
+    for n in graph.node:
+        for a in n.attribute:
+            for g in [a.g] if a.HasField("g") else list(a.graphs):
+                found = _negative_dim(g)
+                if found:
+                    return found
+    return None
+
+
+_T = onnx.TensorProto
+#: Typed data field of each element type, and how many entries one element takes there.
+_FIELDS = {
+    _T.FLOAT: ("float_data", 1), _T.COMPLEX64: ("float_data", 2), _T.DOUBLE: ("double_data", 1),
+    _T.COMPLEX128: ("double_data", 2), _T.INT64: ("int64_data", 1), _T.UINT32: ("uint64_data", 1),
+    _T.UINT64: ("uint64_data", 1), _T.STRING: ("string_data", 1),
+}
+_FOUR_BIT = {getattr(_T, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(_T, n)}
+
+
+def _tensor_size_problem(graph: onnx.GraphProto) -> str | None:
+    """Initializers and Constant values whose data does not hold prod(dims) elements (a corrupt
+    file: numpy's reshape would fail deep inside a pass)."""
+    tensors = list(graph.initializer)
+    for n in graph.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                tensors.append(a.t)
+            tensors.extend(a.tensors)
+            for g in [a.g] if a.HasField("g") else list(a.graphs):
+                found = _tensor_size_problem(g)
+                if found:
+                    return found
+    for t in tensors:
+        if t.data_location == _T.EXTERNAL or any(d < 0 for d in t.dims):
+            continue  # external sizes are checked against the file; negative dims by onnx.checker
+        count = 1
+        for d in t.dims:
+            count *= d
+        if t.data_type in _FOUR_BIT:
+            want, have = ((count + 1) // 2, len(t.raw_data)) if t.HasField("raw_data") else ((count + 1) // 2, len(t.int32_data))
+        elif t.HasField("raw_data"):
+            try:
+                itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+            except (KeyError, TypeError, ValueError):
+                continue  # an unknown type is onnx.checker's to report
+            want, have = count * itemsize, len(t.raw_data)
+        else:
+            field, per = _FIELDS.get(t.data_type, ("int32_data", 1))
+            want, have = count * per, len(getattr(t, field))
+        if want != have:
+            return f"tensor '{t.name}' has dims {list(t.dims)} ({count} element(s)) but holds data for a different count"
+    return None
 
 
 def structural_problem(graph: onnx.GraphProto) -> str | None:

@@ -32,6 +32,8 @@ SEEDS = [
 ]
 EXTERNAL = "external"  # a seed whose weights live in in.data
 HUGE = [2**31, 2**40, 2**62, -1, -(2**40), 0]
+#: Option sets the runs rotate through: verified, unverified, TensorRT-targeted (check + auto passes).
+OPTIONS = [[], [], ["--no-verify"], ["--passes", "auto", "--trt", "8.6"], ["--trt", "7.2", "--iterations", "2"]]
 Rng = np.random.Generator
 
 
@@ -177,8 +179,22 @@ def retype(m: onnx.ModelProto, rng: Rng) -> str:
     return "nothing to retype"
 
 
+def clear_field(m: onnx.ModelProto, rng: Rng) -> str:
+    """Delete a singular field (a graph, a type, a tensor's data, a node's domain...)."""
+    g = m.graph
+    messages = [m, g, *g.node, *g.initializer, *[vi.type for vi in [*g.input, *g.output]],
+                *[vi.type.tensor_type for vi in [*g.input, *g.output]], *[a for n in g.node for a in n.attribute]]
+    msg = messages[int(rng.integers(len(messages)))]
+    fields = [f.name for f, _ in msg.ListFields()]
+    if not fields:
+        return "nothing to clear"
+    name = fields[int(rng.integers(len(fields)))]
+    msg.ClearField(name)
+    return f"clear {type(msg).__name__}.{name}"
+
+
 BYTE_MUTATIONS = [flip_bits, truncate, splice, huge_length]
-PROTO_MUTATIONS = [delete_or_duplicate, huge_sizes, retype]
+PROTO_MUTATIONS = [delete_or_duplicate, huge_sizes, retype, clear_field]
 
 
 def mutate(data: bytes, rng: Rng) -> tuple[bytes, str]:
@@ -215,9 +231,10 @@ def fuzz(count: int, seed: int, work: Path, capfd) -> dict[int, int]:
         src.write_bytes(data)
         before = {p.name: _digest(p) for p in case.iterdir()}
         dst, rep = case / "out.onnx", case / "r.json"
-        rc = main([str(src), str(dst), "--quiet", "--report", str(rep)])
+        extra = OPTIONS[int(rng.integers(len(OPTIONS)))]
+        rc = main([str(src), str(dst), "--quiet", "--report", str(rep), *extra])
         err = capfd.readouterr().err
-        label = f"case {k} ({name}: {what}) exit {rc}: {err!r}"
+        label = f"case {k} ({name}: {what}; {' '.join(extra)}) exit {rc}: {err!r}"
         assert rc in (0, 2), label
         assert "Traceback" not in err, label
         assert {p.name: _digest(p) for p in case.iterdir() if p.name in before} == before, label

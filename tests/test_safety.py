@@ -344,7 +344,7 @@ def _big_model(path: Path) -> Path:
 @pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_4_signals_at_any_moment_in_a_real_process(sig, code, word, tmp_path):
     src = _big_model(tmp_path / "in.onnx")
-    for delay in (0.05, 0.6, 1.5):
+    for delay in (0.02, 0.15, 0.4, 0.9):
         dst, rep = tmp_path / f"out{delay}.onnx", tmp_path / f"r{delay}.json"
         before = snapshot(tmp_path)
         proc = _spawn([src, dst, "--report", rep, "--quiet"])
@@ -393,6 +393,7 @@ def test_5_bad_external_data(kind, expect, tmp_path, capfd):
     (["--seed", str(2**32)], "--seed"),
     (["--input-shapes", "feat:1x4x100000x100000"], "2 GiB"),
     (["--input-shapes", "feat:1x4x3x3", "--iterations", "100000000"], "2 GiB"),
+    (["--val-range", "feat:[-1e999,1]"], "--val-range"),
 ])
 def test_5_bad_numbers(args, expect, src, tmp_path, capfd):
     refused([src, tmp_path / "out.onnx", *args], capfd, tmp_path, expect)
@@ -615,3 +616,34 @@ def test_3_engine_build_failure_takes_everything_back(fails, src, tmp_path, capf
         assert (tmp_path / "m.engine").read_bytes() == b"engine" and "engine " + str(tmp_path / "m.engine") in out_text
         assert json.loads((tmp_path / "r.json").read_text())["engine"]["engine"] == str(tmp_path / "m.engine")
         assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+# ============================================================ the API refuses what the CLI refuses
+def test_api_save_and_save_report_never_overwrite_what_was_read(tmp_path):
+    import graphfix
+
+    src = external_model(tmp_path)
+    result = graphfix.fix(src, output=tmp_path / "out.onnx")
+    before = snapshot(tmp_path)
+    for target in (src, tmp_path / "in.data", tmp_path / "./in.onnx"):
+        with pytest.raises(GraphfixError, match="never overwrites its input"):
+            result.save(target)
+        with pytest.raises(GraphfixError, match="never overwrites its input"):
+            result.save_report(target)
+    with pytest.raises(GraphfixError, match="output"):
+        result.save_report(tmp_path / "out.onnx")
+    with pytest.raises(GraphfixError, match="is a directory"):
+        graphfix.fix(src, output=tmp_path)
+    assert snapshot(tmp_path) == before
+    result.save_report(tmp_path / "r.json")
+    assert {p.name for p in tmp_path.iterdir()} - set(before) == {"r.json", "r.inputs.json", "r.outputs.json"}
+
+
+def test_api_load_inputs_from_a_file(src, tmp_path):
+    import graphfix
+
+    path = tmp_path / "feeds.npz"
+    np.savez(path, feat=np.ones((1, 4, 3, 3), np.float32))
+    assert graphfix.fix(src, inputs=path).outcome.feeds[0]["feat"].shape == (1, 4, 3, 3)
+    with pytest.raises(GraphfixError, match="not a regular file"):
+        graphfix.fix(src, inputs="/dev/zero")

@@ -53,8 +53,9 @@ def _split(items: list[str]) -> tuple[str, ...]:
 def run(args: argparse.Namespace) -> int:
     """Everything that can be refused is refused first (options, then every path); the files are
     written together at the end, all or none (graphfix.atomic.Transaction)."""
-    options.check_settings(passes=args.passes, iterations=args.iterations, seed=args.seed, atol=args.atol, rtol=args.rtol)
     input_shapes, val_range = parse_input_shapes(args.input_shapes), parse_val_ranges(args.val_range)
+    options.check_settings(passes=args.passes, iterations=args.iterations, seed=args.seed, atol=args.atol, rtol=args.rtol,
+                           val_range=val_range)
     profile = parse_profile_shapes(args.trt_min_shapes, args.trt_opt_shapes, args.trt_max_shapes)
     if args.build and not trt_engine.tensorrt_available():
         raise GraphfixError(f"--build: {trt_engine.MISSING}")
