@@ -80,28 +80,39 @@ def _main_thread() -> bool:
 
 
 @contextlib.contextmanager
-def signals_as_exceptions() -> Iterator[None]:
-    """While inside: SIGINT -> KeyboardInterrupt, SIGTERM -> Terminated (nestable; main thread only,
-    elsewhere a no-op). The previous handlers come back on exit."""
+def signals_as_exceptions(redeliver: bool = True) -> Iterator[None]:
+    """While inside: SIGINT -> KeyboardInterrupt, SIGTERM -> Terminated, so ``finally`` blocks
+    clean up (nestable; main thread only, elsewhere a no-op). On leaving the outermost one the
+    previous handlers come back and, with ``redeliver``, a signal that interrupted the block is
+    sent again to them (a library caller's own SIGTERM handling, or the default: terminate).
+    The CLI passes ``redeliver=False``: it reports the signal itself and exits 130/143."""
     if not _main_thread():
         yield
         return
-    if _SIG.installed == 0:
+    outermost = _SIG.installed == 0
+    if outermost:
         for s in _SIGNALS:
             _SIG.previous[s] = signal.getsignal(s)
             signal.signal(s, _SIG.handler)
+        _SIG.raised = None
     _SIG.installed += 1
+    interrupted = False
     try:
         yield
+    except (KeyboardInterrupt, Terminated):
+        interrupted = True
+        raise
     finally:
         _SIG.installed -= 1
-        if _SIG.installed == 0:
+        if outermost:
             for s in _SIGNALS:
                 signal.signal(s, _SIG.previous.pop(s))  # type: ignore[arg-type]
             pending, held = _SIG.pending, _SIG.held
             _SIG.defer, _SIG.pending, _SIG.held = 0, None, False
-            if pending is not None and not held:  # deferred, never delivered: to the old handler
-                signal.raise_signal(pending)
+            if redeliver and not held:
+                again = _SIG.raised if interrupted else pending
+                if again is not None:
+                    signal.raise_signal(again)
 
 
 @contextlib.contextmanager
@@ -203,6 +214,8 @@ class Transaction:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         _ACTIVE.reset(self._token)
+        signals, self._signals = self._signals, None
+        assert signals is not None
         try:
             if exc_type is None:
                 try:
@@ -213,9 +226,10 @@ class Transaction:
                 self._forget_backups()
             else:
                 self.rollback()
-        finally:
-            assert self._signals is not None
-            self._signals.close()
+        except BaseException as err:  # the signal handling must see what ended the block
+            signals.__exit__(type(err), err, err.__traceback__)
+            raise
+        signals.__exit__(exc_type, exc, tb)
 
     # -- staging
     def stage(self, path: str | os.PathLike, data: Data, what: str = "output") -> Path:

@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     verbose = any(a in ("-v", "--verbose") for a in args_list)
     signal_raised(reset=True)
     try:
-        with signals_as_exceptions():
+        with signals_as_exceptions(redeliver=False):
             code = _main(args_list)
     except BaseException as exc:  # noqa: BLE001 - every way out is one line and an exit code
         code = _exit(exc, verbose)

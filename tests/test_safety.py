@@ -305,14 +305,26 @@ def test_4_interrupt_before_any_work_is_one_line(tmp_path, capfd, monkeypatch):
     assert rc == 130 and err.strip().splitlines() == ["graphfix: interrupted"]
 
 
-def test_4_signal_inside_the_api_writer(tmp_path, monkeypatch):
+def test_4_signal_inside_the_api_writer_reaches_the_callers_handler(tmp_path, monkeypatch):
+    """A library caller's SIGTERM handler gets the signal once the temp file is gone."""
     import graphfix.atomic as atomic
 
-    _signal_during("staging", signal.SIGTERM, monkeypatch)
-    with pytest.raises(atomic.Terminated):
-        atomic.write_atomic(tmp_path / "x.bin", b"x" * 100)
+    class CallerSaw(Exception):
+        pass
+
+    def callers_handler(signum, frame):
+        assert list(tmp_path.iterdir()) == []  # cleaned up before the caller hears of it
+        raise CallerSaw(signum)
+
+    previous = signal.signal(signal.SIGTERM, callers_handler)
+    try:
+        _signal_during("staging", signal.SIGTERM, monkeypatch)
+        with pytest.raises(CallerSaw):
+            atomic.write_atomic(tmp_path / "x.bin", b"x" * 100)
+        assert signal.getsignal(signal.SIGTERM) is callers_handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     assert list(tmp_path.iterdir()) == []
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 
 _CHILD = """
