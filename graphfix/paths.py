@@ -19,6 +19,7 @@ external-data file, each report and its polygraphy sidecars, the TensorRT engine
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import tempfile
@@ -292,12 +293,18 @@ def _collision(w: Use, other: Use, is_write: bool) -> str:
 def read_plan(model: str | os.PathLike) -> Plan:
     """The model and its external data, checked (used by every command that reads a model)."""
     p = check_model_file(model)
+    st = p.stat()
+    files = _external_files(str(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    return Plan([Use("input model", p), *(Use(f"input model's external data {f.name}", f) for f in files)])
+
+
+@functools.lru_cache(maxsize=8)
+def _external_files(path: str, dev: int, ino: int, size: int, mtime_ns: int) -> tuple[Path, ...]:
+    """Checked once per version of the file: a run plans, then loads, the same model."""
+    p = Path(path)
     tensors = external_data(p)
     check_model_size(p, tensors)
-    plan = Plan([Use("input model", p)])
-    for f in dict.fromkeys(t.file for t in tensors):
-        plan.reads.append(Use(f"input model's external data {f.name}", f))
-    return plan
+    return tuple(dict.fromkeys(t.file for t in tensors))
 
 
 def plan_fix(
@@ -320,7 +327,7 @@ def plan_fix(
     for r in reports:
         plan.writes.append(Use("--report", check_writable(r, "report")))
         if sidecar_files:
-            plan.writes += [Use(f"--report {r}'s polygraphy file", s) for s in sidecars(r)]
+            plan.writes += [Use(f"--report {r}'s polygraphy file", check_writable(s, "report")) for s in sidecars(r)]
     if engine is not None:
         plan.writes.append(Use("--build engine", check_writable(engine, "engine")))
     check_collisions(plan)
