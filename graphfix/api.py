@@ -39,7 +39,7 @@ class FixResult:
         All of them are written, or none."""
         plan = paths.plan_fix(self._source(), None, [path])
         if self.report.output is not None:
-            plan.writes.insert(0, paths.Use("output", Path(self.report.output)))
+            plan.writes.insert(0, paths.Use("the output", Path(self.report.output)))
             paths.check_collisions(plan)
         with atomic.transaction():
             write_report_files(self, path)

@@ -80,7 +80,7 @@ def check_readable(path: str | os.PathLike, role: str = "input", limit: int | No
     if stat.S_ISDIR(st.st_mode):
         raise GraphfixError(f"is a directory, not {_article(role)}", str(p))
     if not (stat.S_ISREG(st.st_mode) or (allow_pipe and stat.S_ISFIFO(st.st_mode))):
-        raise GraphfixError(f"not a regular file ({_kind(st.st_mode)}); graphfix reads {role}s from regular files", str(p))
+        raise GraphfixError(f"not a regular file ({_kind(st.st_mode)}); graphfix reads {role}s only from regular files", str(p))
     if not os.access(p, os.R_OK):
         raise GraphfixError(f"cannot read {role} (permission denied)", str(p))
     if limit is not None and stat.S_ISREG(st.st_mode) and st.st_size > limit:
@@ -197,7 +197,7 @@ def check_model_size(path: Path, tensors: Sequence[ExternalTensor]) -> None:
 
 def check_inputs_file(path: str | os.PathLike) -> Path:
     """``--load-inputs``: a regular file, at most MAX_INPUTS_BYTES, an ``.npz`` no bigger unpacked."""
-    p = check_readable(path, "inputs file", MAX_INPUTS_BYTES)
+    p = check_readable(path, "--load-inputs file", MAX_INPUTS_BYTES)
     if p.suffix == ".npz":
         try:
             with zipfile.ZipFile(p) as z:
@@ -283,9 +283,9 @@ def check_collisions(plan: Plan) -> None:
 
 
 def _collision(w: Use, other: Use, is_write: bool) -> str:
-    same = "" if w.path == other.path else f" ({other.path})"
     if is_write:
-        return f"{w.role} is also the {other.role}{same}: every file graphfix writes needs its own path"
+        return f"{w.role} and {other.role} are the same file: every file graphfix writes needs its own path"
+    same = "" if w.path == other.path else f" ({other.path})"
     return f"{w.role} would overwrite the {other.role}{same}; graphfix never overwrites its input"
 
 
@@ -322,13 +322,14 @@ def plan_fix(
     if load_inputs is not None:
         plan.reads.append(Use("--load-inputs file", check_inputs_file(load_inputs)))
     if output is not None:
-        plan.writes.append(Use("output", check_writable(output, "output")))
-        plan.writes.append(Use("output's external data", data_path(output, external_data)))
+        plan.writes.append(Use("the output", check_writable(output, "output")))
+        data = data_path(output, external_data)
+        plan.writes.append(Use(f"the output's external data {data.name}", data))
     for r in reports:
-        plan.writes.append(Use("--report", check_writable(r, "report")))
+        plan.writes.append(Use(f"--report {r}", check_writable(r, "report")))
         if sidecar_files:
-            plan.writes += [Use(f"--report {r}'s polygraphy file", check_writable(s, "report")) for s in sidecars(r)]
+            plan.writes += [Use(f"{s} (polygraphy file of --report {r})", check_writable(s, "report")) for s in sidecars(r)]
     if engine is not None:
-        plan.writes.append(Use("--build engine", check_writable(engine, "engine")))
+        plan.writes.append(Use(f"--build {engine}", check_writable(engine, "engine")))
     check_collisions(plan)
     return plan
