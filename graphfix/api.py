@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from graphfix import pipeline, report
-from graphfix.errors import GraphfixError
+from graphfix import atomic, options, paths, pipeline, report
 from graphfix.model_io import check_graph, load_model, save_model
 from graphfix.passes.base import Pass
 from graphfix.report import Report
@@ -30,32 +29,49 @@ class FixResult:
         return self.report.status == "ok"
 
     def save(self, path: str | os.PathLike) -> None:
-        """Atomic write with an IR version onnxruntime reads."""
-        save_model(self.model, path)
+        """Atomic write with an IR version onnxruntime reads (never over the input or its weights)."""
+        paths.plan_fix(self._source(), path)
+        with atomic.transaction():
+            save_model(self.model, path)
 
     def save_report(self, path: str | os.PathLike) -> None:
-        """JSON (or ``.md``); a JSON report gets polygraphy inputs/outputs files beside it."""
-        if not str(path).endswith(".md") and self.outcome.baseline is not None:
-            self.report.files = save_polygraphy_files(self.outcome, Path(path))
-        report.write(self.report, path)
+        """JSON (or ``.md``); a JSON report gets polygraphy inputs/outputs files beside it.
+        All of them are written, or none."""
+        plan = paths.plan_fix(self._source(), None, [path])
+        if self.report.output is not None:
+            plan.writes.insert(0, paths.Use("the output", Path(self.report.output)))
+            paths.check_collisions(plan)
+        with atomic.transaction():
+            write_report_files(self, path)
+
+    def _source(self) -> str | None:
+        source = self.report.input
+        return source if source is not None and Path(source).is_file() else None
+
+
+def write_report_files(result: FixResult, path: str | os.PathLike) -> None:
+    """The report and its sidecars through the atomic writer (callers plan the paths first)."""
+    if not str(path).endswith(".md") and result.outcome.baseline is not None:
+        result.report.files = save_polygraphy_files(result.outcome, Path(path))
+    report.write(result.report, path)
 
 
 def save_polygraphy_files(outcome: pipeline.Outcome, path: Path) -> dict[str, str]:
     """Feeds and RunResults in polygraphy's JSON formats (``--load-inputs`` / ``--load-outputs``)."""
     from polygraphy.comparator import RunResults
-    from polygraphy.json import save_json
+    from polygraphy.json import to_json
 
     from graphfix.verify import quiet_polygraphy
 
-    stem = path.with_suffix("")
-    inputs_path, outputs_path = Path(f"{stem}.inputs.json"), Path(f"{stem}.outputs.json")
+    inputs_path, outputs_path = paths.sidecars(path)
     results = RunResults()
     results.append(("graphfix-original", outcome.baseline[0][1]))
     if outcome.final is not None and outcome.final is not outcome.baseline:
         results.append(("graphfix-fixed", outcome.final[0][1]))
     with quiet_polygraphy():
-        save_json(outcome.feeds, str(inputs_path))
-        results.save(str(outputs_path))
+        feeds_json, results_json = to_json(outcome.feeds), to_json(results)
+    atomic.write_atomic(inputs_path, feeds_json.encode(), "report")
+    atomic.write_atomic(outputs_path, results_json.encode(), "report")
     return {"polygraphy_inputs": str(inputs_path), "polygraphy_outputs": str(outputs_path)}
 
 
@@ -82,7 +98,7 @@ def fix(
     iterations: int = 1,
     input_shapes: dict[str, Sequence[int]] | Sequence[dict[str, Sequence[int]]] | None = None,
     val_range: dict[str, tuple[float, float]] | None = None,
-    inputs: list[dict[str, np.ndarray]] | None = None,
+    inputs: list[dict[str, np.ndarray]] | str | os.PathLike | None = None,
     output: str | os.PathLike | None = None,
     progress=None,
     profile_shapes: Sequence[dict[str, Sequence[int]]] = (),
@@ -95,20 +111,18 @@ def fix(
     reported (``strict=True`` raises instead); ``verify_each`` checks pass by pass instead.
     ``input_shapes``: one dict of shapes, or several (each is verified); without it the
     verification shapes are found by trying. ``output`` writes the fixed model atomically.
+    ``inputs``: feeds (one dict per iteration) or a ``.npz``/polygraphy JSON file of them.
+    Bad settings, paths or inputs raise GraphfixError before any work.
     """
-    source = None
+    options.check_settings(passes=passes, iterations=iterations, seed=seed, atol=atol, rtol=rtol, val_range=val_range)
+    source = None if isinstance(model, onnx.ModelProto) else str(model)
+    inputs_file = None if inputs is None or isinstance(inputs, list | tuple) else str(inputs)
+    paths.plan_fix(source, output, load_inputs=inputs_file)
     if isinstance(model, onnx.ModelProto):
         check_graph(model, "<model>")
     else:
-        source = str(model)
         model = load_model(model)
-    if output is not None:
-        from graphfix.model_io import check_output_path
-
-        if source is not None:
-            check_output_path(source, output)
-        elif not Path(output).parent.exists():
-            raise GraphfixError(f"output directory {Path(output).parent} does not exist", str(output))
+    inputs = _check_inputs(model, inputs, inputs_file, verify, input_shapes, iterations, source)
     settings = pipeline.Settings(
         passes=passes if isinstance(passes, str) else tuple(passes), skip=tuple(skip), trt=trt,
         force=tuple(force), verify=verify, verify_each=verify_each, strict=strict, atol=atol, rtol=rtol, seed=seed,
@@ -118,5 +132,24 @@ def fix(
     outcome = pipeline.run(model, settings, source, None if output is None else str(output), progress)
     result = FixResult(outcome.model, outcome.report, outcome)
     if output is not None:
-        result.save(output)
+        with atomic.transaction():
+            save_model(result.model, output)
     return result
+
+
+def _check_inputs(model: onnx.ModelProto, inputs, inputs_file: str | None, verify: bool,
+                  input_shapes, iterations: int, where: str | None) -> list[dict[str, np.ndarray]] | None:
+    """What verification will feed: checked loaded inputs, or a budget for random ones."""
+    if verify:
+        options.check_verifiable(model, where)
+    if inputs is None:
+        if verify:
+            for shapes in _shape_sets(input_shapes) or [{}]:
+                options.check_feed_budget(model, shapes, iterations, where)
+        return None
+    if inputs_file is not None:
+        from graphfix.verify import load_inputs
+
+        inputs = load_inputs(inputs_file, model)
+    options.check_feeds(model, inputs, inputs_file)
+    return list(inputs)

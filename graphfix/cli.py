@@ -1,29 +1,49 @@
 """``graphfix`` command line: ``graphfix in.onnx out.onnx --passes all`` and subcommands.
 
 Errors the user can fix (bad file, bad option) print one line and exit 2, with no traceback
-unless ``--verbose``.
+unless ``--verbose``. Ctrl-C prints ``graphfix: interrupted`` (exit 130), SIGTERM ``graphfix:
+terminated`` (exit 143); either way no file is left behind. onnxruntime's and polygraphy's own
+log lines and Python warnings are silenced (``--verbose`` shows them): graphfix's one line says
+what went wrong.
+
+This module imports only light modules at the top, so that an interrupt during the heavy imports
+(onnx, onnxruntime, polygraphy) is already inside :func:`main`'s handlers.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from graphfix import __version__
+from graphfix.atomic import Terminated, deferred_signals, first_line, signal_raised, signals_as_exceptions
 from graphfix.commands import COMMANDS
 from graphfix.errors import GraphfixError
 
+#: Exit codes: 0 done, 1 --strict failure / check found blocking nodes, 2 bad input,
+#: 3 a bug in graphfix (one line; --verbose shows the traceback), 130 SIGINT, 143 SIGTERM.
+EXIT_BUG, EXIT_INTERRUPTED, EXIT_TERMINATED = 3, 130, 143
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's errors as graphfix's one line (usage stays in --help)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise GraphfixError(f"{message} (see '{self.prog} --help')")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="graphfix",
         description="Rewrite ONNX graphs that TensorRT's ONNX parser rejects, verified against onnxruntime.",
         epilog="'graphfix IN OUT [options]' is short for 'graphfix fix IN OUT [options]'.",
     )
     parser.add_argument("--version", action="version", version=f"graphfix {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, help_text in COMMANDS.items():
         try:
             module = importlib.import_module(f"graphfix.commands.{name}")
@@ -40,27 +60,98 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    verbose = any(a in ("-v", "--verbose") for a in args_list)
+    signal_raised(reset=True)
+    try:
+        with signals_as_exceptions(redeliver=False):
+            code = _main(args_list)
+    except BaseException as exc:  # noqa: BLE001 - every way out is one line and an exit code
+        code = _exit(exc, verbose)
+    if argv is None:  # the process is ours: a late signal must not turn this exit code into a kill
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+    return code
+
+
+def _exit(exc: BaseException, verbose: bool) -> int:
+    """The one line and the exit code for an exception that ended the run."""
+    if isinstance(exc, SystemExit):  # --help / --version
+        return exc.code if isinstance(exc.code, int) else 0
+    received = signal_raised()  # a library may have wrapped the KeyboardInterrupt/Terminated
+    if received is not None or isinstance(exc, KeyboardInterrupt | Terminated):
+        if received == signal.SIGTERM or isinstance(exc, Terminated):
+            return _say("graphfix: terminated", EXIT_TERMINATED)
+        return _say("graphfix: interrupted", EXIT_INTERRUPTED)
+    if verbose or not isinstance(exc, Exception):
+        raise exc
+    if isinstance(exc, GraphfixError):
+        return _say(f"graphfix: error: {exc}", exc.exit_code)
+    if isinstance(exc, MemoryError):
+        return _say("graphfix: error: out of memory (the model or its inputs are too large for this machine)", 2)
+    return _say(f"graphfix: internal error: {type(exc).__name__}: {first_line(exc)} "
+                "(a bug in graphfix; --verbose shows the traceback)", EXIT_BUG)
+
+
+def _say(line: str, code: int) -> int:
+    """One line, whatever the message quotes (a tensor name may hold a newline or an escape)."""
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr)
+    return code
+
+
+def _main(args_list: list[str]) -> int:
     if args_list and args_list[0] not in COMMANDS and not args_list[0].startswith("-"):
         args_list.insert(0, "fix")
-    parser = build_parser()
+    with deferred_signals():  # a signal now is delivered once the imports are done
+        parser = build_parser()
+        _preload()
     args = parser.parse_args(args_list)
     if args.command is None:
         parser.print_help()
         return 2
-    if not args.verbose:
-        import onnxruntime
-
-        onnxruntime.set_default_logger_severity(3)  # its errors reach the user as graphfix's one line
-    try:
+    if args.verbose:
         return int(args._module.run(args))
-    except GraphfixError as exc:
-        if args.verbose:
-            raise
-        print(f"graphfix: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("graphfix: interrupted", file=sys.stderr)
-        return 130
+    with quiet_libraries():
+        return int(args._module.run(args))
+
+
+def _preload() -> None:
+    """Import the native libraries while signals are deferred: a KeyboardInterrupt raised inside a
+    C extension's import (onnx's nanobind, onnxruntime's pybind11) aborts or crashes the process
+    ("terminate called after throwing nanobind::python_error", SIGSEGV) instead of unwinding."""
+    import numpy.random  # noqa: F401 - polygraphy's DataLoader imports it on first use
+    import onnx  # noqa: F401
+    import onnx_graphsurgeon  # noqa: F401
+    import onnxruntime  # noqa: F401
+    import polygraphy.backend.onnxrt  # noqa: F401
+    import polygraphy.comparator  # noqa: F401
+    import polygraphy.json  # noqa: F401
+
+
+@contextlib.contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """onnxruntime's coloured C++ log, polygraphy's ``[!]``/``[W]`` lines and Python warnings do
+    not reach the terminal: graphfix reports failures itself, in one line."""
+    import logging
+    import warnings
+
+    import onnxruntime
+    from polygraphy.logger import G_LOGGER
+
+    onnxruntime.set_default_logger_severity(4)  # FATAL only
+    py_logger = logging.getLogger("Polygraphy")
+    saved = (G_LOGGER.use_python_logging_system, G_LOGGER.colors, py_logger.propagate, list(py_logger.handlers))
+    G_LOGGER.use_python_logging_system, G_LOGGER.colors = True, False
+    py_logger.propagate = False
+    py_logger.handlers = [logging.NullHandler()]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        G_LOGGER.use_python_logging_system, G_LOGGER.colors = saved[0], saved[1]
+        py_logger.propagate, py_logger.handlers = saved[2], saved[3]
 
 
 if __name__ == "__main__":

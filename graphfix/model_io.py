@@ -9,23 +9,18 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
 from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
 
+from graphfix.atomic import first_line, write_atomic  # noqa: F401 - re-exported: the one writer
 from graphfix.errors import GraphfixError
 
 #: Default-domain opsets graphfix rewrites (onnxruntime's CPU kernels start at 7; TensorRT parsers at 9).
 MIN_OPSET = 7
 #: 2 GiB protobuf limit: larger models are written with external data.
 _PROTO_LIMIT = 2**31 - 1
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0].strip()
 
 
 def load_model(path: str | os.PathLike) -> onnx.ModelProto:
@@ -35,14 +30,22 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise GraphfixError("no such file", str(p))
     if p.is_dir():
         raise GraphfixError("is a directory, not an ONNX file", str(p))
+    _check_source(p)
     try:
         model = onnx.load(str(p))
-    except (DecodeError, RuntimeError, ValueError, OSError) as exc:
+    except (DecodeError, RuntimeError, ValueError, OSError, onnx.checker.ValidationError) as exc:
         raise GraphfixError(f"not a readable ONNX model ({first_line(exc)})", str(p)) from exc
     if not model.graph.node and not model.graph.output:
         raise GraphfixError("not an ONNX model (no graph, no outputs)", str(p))
     check_graph(model, str(p))
     return model
+
+
+def _check_source(p: Path) -> None:
+    """Before reading: a regular file protobuf can parse, external data inside its folder."""
+    from graphfix.paths import read_plan
+
+    read_plan(p)
 
 
 def default_opset(model: onnx.ModelProto) -> int:
@@ -54,6 +57,7 @@ def default_opset(model: onnx.ModelProto) -> int:
 
 def check_graph(model: onnx.ModelProto, where: str) -> None:
     """Reject graphs graphfix cannot rewrite safely: unsupported opset, cycles, dangling inputs."""
+    _check_domains(model, where)
     opset = default_opset(model)
     newest = onnx.defs.onnx_opset_version()
     if not MIN_OPSET <= opset <= newest:
@@ -71,9 +75,106 @@ def checker_problem(model: onnx.ModelProto, full_check: bool = False) -> str | N
     GroupNormalization, which exports and onnxruntime use) is not a problem for graphfix."""
     try:
         onnx.checker.check_model(model, full_check=full_check)
+    except UnicodeDecodeError as exc:  # a name or attribute string is not UTF-8 (a corrupt file)
+        return f"a name or string is not valid UTF-8 ({first_line(exc)})"
     except Exception as exc:  # noqa: BLE001 - ValidationError, InferenceError, ...
         text = first_line(exc)
         return None if "is deprecated in domain_version" in text else text
+    return None
+
+
+def _check_domains(model: onnx.ModelProto, where: str) -> None:
+    """What onnx.checker lets through but graphfix cannot work on: no standard opset (a model of
+    ai.onnx.ml only), negative declared dims, more than protobuf's 2 GiB."""
+    if not any(imp.domain in ("", "ai.onnx") for imp in model.opset_import):
+        others = ", ".join(f"{imp.domain} {imp.version}" for imp in model.opset_import)
+        only = f"only {others}" if others else "its opset_import list is empty"
+        raise GraphfixError(f"imports no standard ONNX opset ({only}); graphfix rewrites standard ONNX operators", where)
+    from graphfix.paths import MAX_MODEL_BYTES
+
+    problem = _negative_dim(model.graph) or _tensor_size_problem(model.graph) or _undecodable_name(model.graph)
+    if problem:  # onnx's shape inference aborts the process on negative dims (std::clamp assertion)
+        raise GraphfixError(f"invalid graph: {problem}", where)
+    if model.ByteSize() > MAX_MODEL_BYTES:
+        raise GraphfixError("model is larger than protobuf's 2 GiB limit; graphfix handles models up to 2 GiB for now", where)
+
+
+def _undecodable_name(graph: onnx.GraphProto) -> str | None:
+    """A node/tensor name protobuf could not decode as UTF-8 (it hands back bytes): a corrupt file."""
+    for n in graph.node:
+        for text in (n.name, n.op_type, n.domain, *n.input, *n.output):
+            if not isinstance(text, str):
+                return f"a node name or tensor name is not valid UTF-8 ({text[:40]!r})"
+        for a in n.attribute:
+            for g in [a.g] if a.HasField("g") else list(a.graphs):
+                found = _undecodable_name(g)
+                if found:
+                    return found
+    for vi in (*graph.input, *graph.output, *graph.value_info, *graph.initializer):
+        if not isinstance(vi.name, str):
+            return f"a tensor name is not valid UTF-8 ({vi.name[:40]!r})"
+    return None
+
+
+def _negative_dim(graph: onnx.GraphProto) -> str | None:
+    """A declared dimension below 0 (invalid ONNX), in this graph or a subgraph."""
+    for kind, infos in (("input", graph.input), ("output", graph.output), ("value", graph.value_info)):
+        for vi in infos:
+            if vi.type.HasField("tensor_type"):
+                dims = [d.dim_value for d in vi.type.tensor_type.shape.dim if d.dim_value < 0]
+                if dims:
+                    return f"{kind} '{vi.name}' declares dimension {dims[0]} (dimensions are >= 0)"
+    for n in graph.node:
+        for a in n.attribute:
+            for g in [a.g] if a.HasField("g") else list(a.graphs):
+                found = _negative_dim(g)
+                if found:
+                    return found
+    return None
+
+
+_T = onnx.TensorProto
+#: Typed data field of each element type, and how many entries one element takes there.
+_FIELDS = {
+    _T.FLOAT: ("float_data", 1), _T.COMPLEX64: ("float_data", 2), _T.DOUBLE: ("double_data", 1),
+    _T.COMPLEX128: ("double_data", 2), _T.INT64: ("int64_data", 1), _T.UINT32: ("uint64_data", 1),
+    _T.UINT64: ("uint64_data", 1), _T.STRING: ("string_data", 1),
+}
+_FOUR_BIT = {getattr(_T, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(_T, n)}
+
+
+def _tensor_size_problem(graph: onnx.GraphProto) -> str | None:
+    """Initializers and Constant values whose data does not hold prod(dims) elements (a corrupt
+    file: numpy's reshape would fail deep inside a pass)."""
+    tensors = list(graph.initializer)
+    for n in graph.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                tensors.append(a.t)
+            tensors.extend(a.tensors)
+            for g in [a.g] if a.HasField("g") else list(a.graphs):
+                found = _tensor_size_problem(g)
+                if found:
+                    return found
+    for t in tensors:
+        if t.data_location == _T.EXTERNAL or any(d < 0 for d in t.dims):
+            continue  # external sizes are checked against the file; negative dims by onnx.checker
+        count = 1
+        for d in t.dims:
+            count *= d
+        if t.data_type in _FOUR_BIT:
+            want, have = ((count + 1) // 2, len(t.raw_data)) if t.HasField("raw_data") else ((count + 1) // 2, len(t.int32_data))
+        elif t.HasField("raw_data"):
+            try:
+                itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+            except (KeyError, TypeError, ValueError):
+                continue  # an unknown type is onnx.checker's to report
+            want, have = count * itemsize, len(t.raw_data)
+        else:
+            field, per = _FIELDS.get(t.data_type, ("int32_data", 1))
+            want, have = count * per, len(getattr(t, field))
+        if want != have:
+            return f"tensor '{t.name}' has dims {list(t.dims)} ({count} element(s)) but holds data for a different count"
     return None
 
 
@@ -166,33 +267,8 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
     write_atomic(path, model.SerializeToString())
 
 
-def write_atomic(path: str | os.PathLike, data: bytes, what: str = "output") -> None:
-    """A temp file in the target directory, then rename: nothing half-written ever remains."""
-    p = Path(path)
-    if not p.parent.exists():
-        raise GraphfixError(f"{what} directory {p.parent} does not exist", str(p))
-    if p.is_dir():
-        raise GraphfixError(f"{what} path is a directory", str(p))
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, p)
-    except OSError as exc:
-        raise GraphfixError(f"cannot write {what} ({first_line(exc)})", str(p)) from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def check_output_path(inp: str | os.PathLike, out: str | os.PathLike) -> None:
     """Fail before any work when the output cannot be written or would overwrite the input."""
-    pi, po = Path(inp), Path(out)
-    if po.exists() and pi.exists() and os.path.samefile(pi, po) or pi.resolve() == po.resolve():
-        raise GraphfixError("output path is the input path; graphfix never overwrites its input", str(po))
-    if not po.parent.exists():
-        raise GraphfixError(f"output directory {po.parent} does not exist", str(po))
-    if po.is_dir():
-        raise GraphfixError("output path is a directory", str(po))
-    if not os.access(po.parent, os.W_OK):
-        raise GraphfixError(f"output directory {po.parent} is not writable", str(po))
+    from graphfix.paths import plan_fix
+
+    plan_fix(inp, out)

@@ -24,15 +24,23 @@ def test_missing_tensorrt_is_one_clear_error(monkeypatch):
         engine.build_and_compare("m.onnx", "m.engine", [], None)
 
 
-def test_cli_build_without_tensorrt_writes_model_prints_commands_and_fails_clearly(tmp_path, monkeypatch, capsys):
+def test_cli_build_without_tensorrt_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """An exit != 0 leaves no file behind (issue 9), so --build without TensorRT is refused up front."""
     monkeypatch.setattr(engine, "tensorrt_available", lambda: False)
     out = tmp_path / "fixed.onnx"
     rc = main([FIXTURE, str(out), "--passes", "auto", "--trt", "8.6", "--input-shapes", "sim:2x4x5x6,v:1x4x6x16",
                "--build", str(tmp_path / "fixed.engine"), *SHAPES])
     captured = capsys.readouterr()
-    assert rc == 2 and out.exists()
-    assert "trtexec --onnx=" in captured.out and "--minShapes=sim:1x4x1x1,v:1x4x1x16" in captured.out
-    assert captured.err.strip().splitlines()[-1].startswith("graphfix: error: TensorRT is not installed")
+    assert rc == 2 and not out.exists() and list(tmp_path.iterdir()) == []
+    assert captured.err.strip().splitlines() == [captured.err.strip()]
+    assert captured.err.startswith("graphfix: error: --build: TensorRT is not installed")
+
+
+def test_cli_trt_prints_the_build_command_lines(tmp_path, capsys):
+    out = tmp_path / "fixed.onnx"
+    assert main([FIXTURE, str(out), "--passes", "auto", "--trt", "8.6", "--input-shapes", "sim:2x4x5x6,v:1x4x6x16", *SHAPES]) == 0
+    captured = capsys.readouterr()
+    assert out.exists() and "trtexec --onnx=" in captured.out and "--minShapes=sim:1x4x1x1,v:1x4x1x16" in captured.out
 
 
 def test_command_lines():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import onnx
 
@@ -45,17 +44,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read(path: str) -> str:
+    """The log (a file, a pipe, or '-' for stdin), at most MAX_LOG_BYTES."""
+    from graphfix.paths import MAX_LOG_BYTES, check_readable
+
     if path == "-":
         import sys
 
-        return sys.stdin.read()
-    p = Path(path)
-    if not p.is_file():
-        raise GraphfixError("no such file", path)
-    try:
-        return p.read_text(errors="replace")
-    except OSError as exc:
-        raise GraphfixError(f"cannot read log ({first_line(exc)})", path) from exc
+        text = sys.stdin.read(MAX_LOG_BYTES + 1)
+    else:
+        check_readable(path, "log", allow_pipe=True)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read(MAX_LOG_BYTES + 1)
+        except OSError as exc:
+            raise GraphfixError(f"cannot read log ({first_line(exc)})", path) from exc
+    if len(text) > MAX_LOG_BYTES:
+        raise GraphfixError(f"log is larger than {MAX_LOG_BYTES >> 20} MiB; pass the part with the errors (e.g. grep -B5 -A5 ERROR)", path)
+    return text
 
 
 def locate(model: onnx.ModelProto, matches: list[ErrorMatch]) -> dict[int, str]:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from graphfix import atomic, options, paths
 from graphfix import report as report_mod
-from graphfix.api import FixResult, fix
+from graphfix.api import FixResult, fix, write_report_files
 from graphfix.errors import GraphfixError
-from graphfix.model_io import check_output_path
-from graphfix.trt.engine import build_and_compare, command_lines, parse_profile_shapes
-from graphfix.verify import load_inputs, parse_input_shapes, parse_shape_sets, parse_val_ranges
+from graphfix.model_io import first_line, save_model
+from graphfix.trt import engine as trt_engine
+from graphfix.trt.engine import command_lines, parse_profile_shapes
+from graphfix.verify import parse_input_shapes, parse_shape_sets, parse_val_ranges
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,30 +52,6 @@ def _profile_sets(args: argparse.Namespace) -> list[dict[str, tuple[int, ...]]]:
     return [parse_input_shapes(flag) for flag in (args.trt_min_shapes, args.trt_opt_shapes, args.trt_max_shapes) if flag]
 
 
-def _split(items: list[str]) -> tuple[str, ...]:
-    return tuple(n.strip() for item in items for n in item.split(",") if n.strip())
-
-
-def run(args: argparse.Namespace) -> int:
-    check_output_path(args.input, args.output)
-    profile = parse_profile_shapes(args.trt_min_shapes, args.trt_opt_shapes, args.trt_max_shapes)
-    for path in args.report:
-        if not Path(path).parent.exists():
-            raise GraphfixError(f"report directory {Path(path).parent} does not exist", path)
-    inputs = None
-    if args.load_inputs:
-        from graphfix.model_io import load_model
-
-        inputs = load_inputs(args.load_inputs, load_model(args.input))
-    status = _status_line(args)
-    try:
-        result = _run_fix(args, inputs, profile, status)
-    finally:
-        if status is not None:
-            status.close()
-    return _after(result, args, profile)
-
-
 def _status_line(args: argparse.Namespace):
     """A live status line (tqdm) on a terminal; nothing when piped or --quiet."""
     if args.quiet or not sys.stderr.isatty():
@@ -82,37 +61,56 @@ def _status_line(args: argparse.Namespace):
     return tqdm(file=sys.stderr, bar_format="graphfix: {desc} [{elapsed}]", leave=False)
 
 
-def _run_fix(args: argparse.Namespace, inputs, profile, status) -> FixResult:
+def _split(items: list[str]) -> tuple[str, ...]:
+    return tuple(n.strip() for item in items for n in item.split(",") if n.strip())
+
+
+def run(args: argparse.Namespace) -> int:
+    """Everything that can be refused is refused first (options, then every path); the files are
+    written together at the end, all or none (graphfix.atomic.Transaction)."""
+    parse_input_shapes(args.input_shapes)  # syntax first
+    val_range = parse_val_ranges(args.val_range)
+    options.check_settings(passes=args.passes, iterations=args.iterations, seed=args.seed, atol=args.atol, rtol=args.rtol,
+                           val_range=val_range)
+    profile = parse_profile_shapes(args.trt_min_shapes, args.trt_opt_shapes, args.trt_max_shapes)
+    if args.build and not trt_engine.tensorrt_available():
+        raise GraphfixError(f"--build: {trt_engine.MISSING}")
+    paths.plan_fix(args.input, args.output, args.report, load_inputs=args.load_inputs, engine=args.build,
+                   external_data=getattr(args, "external_data", None), sidecar_files=not args.no_verify)
+    status = _status_line(args)
+
     def step(what: str) -> None:
         status.set_description_str(what)
         status.update()
 
-    return fix(
-        args.input, args.passes, skip=_split(args.skip), trt=args.trt, force=_split(args.force),
-        verify=not args.no_verify, strict=args.strict, atol=args.atol, rtol=args.rtol, seed=args.seed,
-        iterations=args.iterations, input_shapes=parse_shape_sets(args.input_shapes), verify_each=args.verify_each,
-        profile_shapes=_profile_sets(args), progress=step if status is not None else None,
-        val_range=parse_val_ranges(args.val_range), inputs=inputs, output=args.output,
-    )
-
-
-def _after(result: FixResult, args: argparse.Namespace, profile) -> int:
-    engine_error = None
+    try:
+        result = fix(
+            args.input, args.passes, skip=_split(args.skip), trt=args.trt, force=_split(args.force),
+            verify=not args.no_verify, strict=args.strict, atol=args.atol, rtol=args.rtol, seed=args.seed,
+            iterations=args.iterations, input_shapes=parse_shape_sets(args.input_shapes), verify_each=args.verify_each,
+            profile_shapes=_profile_sets(args), progress=step if status is not None else None,
+            val_range=val_range, inputs=args.load_inputs,
+        )
+    finally:
+        if status is not None:
+            status.close()
+    result.report.output = args.output
     if args.build or args.trt:
         engine_path = args.build or str(Path(args.output).with_suffix(".engine"))
         result.report.engine = {"commands": command_lines(args.output, engine_path, profile, args.fp16)}
+    with atomic.Transaction() as tx:
+        save_model(result.model, args.output)
         if args.build:
-            try:
-                result.report.engine.update(_build(result, args, profile))
-            except GraphfixError as exc:
-                engine_error = exc
+            tx.commit()  # TensorRT parses the model from disk; a failure below still removes it
+            result.report.engine.update(_build(result, args, profile, tx.reserve(args.build, "engine").temp))
+        for path in args.report:
+            write_report_files(result, path)
+        atomic.hold_signals()  # from the renames on, the run finishes cleanly
     _finish(result, args)
-    if engine_error is not None:
-        raise engine_error
     return 0
 
 
-def _build(result: FixResult, args: argparse.Namespace, profile) -> dict:
+def _build(result: FixResult, args: argparse.Namespace, profile, temp: Path) -> dict:
     from graphfix import verify
 
     outcome = result.outcome
@@ -120,12 +118,25 @@ def _build(result: FixResult, args: argparse.Namespace, profile) -> dict:
     feeds = outcome.feeds or verify.make_inputs(result.model, {k: tuple(v) for k, v in shapes[0].items()}, seed=args.seed)
     reference = outcome.final or verify.run(result.model, feeds, "onnxrt")
     tol = 1e-2 if args.fp16 else 1e-3
-    return build_and_compare(args.output, args.build, feeds, reference, profile, args.fp16, atol=tol, rtol=tol)
+    try:
+        built = trt_engine.build_and_compare(args.output, str(temp), feeds, reference, profile, args.fp16, atol=tol, rtol=tol)
+    except GraphfixError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - TensorRT/polygraphy raise many types
+        raise GraphfixError(f"TensorRT engine build failed ({first_line(exc)}); nothing was written: "
+                            "rerun without --build to keep the fixed model", args.build) from exc
+    return {**built, "engine": args.build}
 
 
 def _finish(result: FixResult, args: argparse.Namespace) -> None:
-    for path in args.report:
-        result.save_report(path)
+    """Print what was done (the files are already in place)."""
+    try:
+        _print(result, args)
+    except BrokenPipeError:  # `graphfix ... | head`: the files are written, the run succeeded
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+
+
+def _print(result: FixResult, args: argparse.Namespace) -> None:
     if not args.quiet:
         print(report_mod.table(result.report))
         if result.report.trt:

@@ -42,6 +42,8 @@ def to_model(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto:
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
     model = gs.export_onnx(graph, do_type_check=False)
     model.ir_version = template.ir_version
+    if model.ir_version < 4 and model.graph.initializer:
+        model.ir_version = 4  # IR < 4 wants every initializer listed as a graph input; new constants are not
     del model.opset_import[:]
     model.opset_import.extend(template.opset_import)
     model.producer_name = template.producer_name
