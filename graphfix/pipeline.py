@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,15 +131,25 @@ def _ensure(p: Pass, graph: gs.Graph, trt: TrtVersion | None, force: bool, skipp
     return ""
 
 
+def op_counts(graph: gs.Graph) -> Counter:
+    """How many nodes of each op type the graph and its bodies hold (a pass whose ops are absent is
+    skipped without a scan; counts only grow, as replaced nodes stay until cleanup)."""
+    return Counter(n.op for g in all_graphs(graph) for n in g.nodes)
+
+
 def _run_passes(graph: gs.Graph, chosen: list[Pass], settings: Settings, log: EditLog, report: Report,
-                after_pass=None) -> None:
+                after_pass=None, counts: Counter | None = None) -> None:
     trt = _trt_version(settings.trt)
     signature = _signature(graph)
+    counts = counts if counts is not None else op_counts(graph)
     for p in chosen:
         t0 = time.perf_counter()
         record = PassRecord(p.name, UNCHANGED)
         report.passes.append(record)
         mark = len(log.edits)
+        if not any(counts[o] for o in p.ops):
+            record.nodes_before = record.nodes_after = len(graph.nodes)
+            continue
         force = p.name in settings.force
         record.nodes_before = len(graph.nodes)
         try:
@@ -162,6 +173,7 @@ def _run_passes(graph: gs.Graph, chosen: list[Pass], settings: Settings, log: Ed
             elif rewritten:
                 record.verdict = UNVERIFIED
         record.nodes_after = len(graph.nodes) if record.verdict == UNVERIFIED else record.nodes_before
+        counts.update(n.op for e in log.edits[mark:] for n in e.added)
         record.seconds = round(time.perf_counter() - t0, 4)
         if after_pass is not None and record.verdict == UNVERIFIED:
             after_pass(record, log.edits[mark:])
@@ -193,9 +205,10 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         log = EditLog()
         if settings.verify and settings.verify_each:
             return _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step)
+        counts = op_counts(graph)
         for p in chosen:
             step(f"pass {p.name}")
-            _run_passes(graph, [p], settings, log, report)
+            _run_passes(graph, [p], settings, log, report, counts=counts)
         baseline = final_results = None
         if settings.verify:
             step("verifying rewrites on onnxruntime")
@@ -356,9 +369,10 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
             record.verdict = KEPT
             state["results"] = results
 
+    counts = op_counts(graph)
     for p in chosen:
         step(f"pass {p.name}")
-        _run_passes(graph, [p], settings, log, report, after_pass=check)
+        _run_passes(graph, [p], settings, log, report, after_pass=check, counts=counts)
     fixed = to_model(graph, model) if any(not e.undone for e in log.edits) else model
     report.sessions = counter.count
     if settings.trt is not None:

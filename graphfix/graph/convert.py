@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import onnx
@@ -9,16 +10,74 @@ import onnx_graphsurgeon as gs
 
 from graphfix.model_io import default_opset
 
+#: Initializers with more elements than this are left out of shape inference (only their type and
+#: dims matter there; data propagation needs small shape-like values only).
+_INFER_DATA_LIMIT = 1024
+
+
+def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose big initializers keep their name, type and dims but no data.
+
+    Shape inference serializes the model and returns a new one: with the weights that is two more
+    copies of them (gigabytes on the models that need TensorRT most).
+    """
+    stub = onnx.ModelProto()
+    for name in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(stub, name, getattr(model, name))
+    stub.opset_import.extend(model.opset_import)
+    stub.functions.extend(model.functions)
+    g, sg = model.graph, stub.graph
+    sg.name = g.name
+    sg.node.extend(g.node)
+    sg.input.extend(g.input)
+    sg.output.extend(g.output)
+    sg.sparse_initializer.extend(g.sparse_initializer)
+    for t in g.initializer:
+        count = 1
+        for d in t.dims:
+            count *= d
+        if count <= _INFER_DATA_LIMIT and t.data_location != onnx.TensorProto.EXTERNAL:
+            sg.initializer.append(t)
+        else:
+            s = sg.initializer.add()
+            s.name, s.data_type = t.name, t.data_type
+            s.dims.extend(t.dims)
+    return stub
+
 
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Shape/type inference from scratch: stale value_info from an earlier rewrite could conflict."""
-    work = onnx.ModelProto()
-    work.CopyFrom(model)
-    del work.graph.value_info[:]
+    """Shape/type inference from scratch on the weightless model (no stale value_info)."""
+    work = weightless(model)
     try:
         return onnx.shape_inference.infer_shapes(work, data_prop=True)
-    except Exception:  # noqa: BLE001 - custom ops or >2 GiB: rewrite with what we know
+    except Exception:  # noqa: BLE001 - custom ops or malformed: rewrite with what we know
         return work
+
+
+def _value_infos(graph: onnx.GraphProto, out: dict[str, onnx.ValueInfoProto]) -> None:
+    for vi in (*graph.value_info, *graph.output):
+        out.setdefault(vi.name, vi)
+    for n in graph.node:
+        for a in n.attribute:
+            for sub in [a.g] if a.HasField("g") else list(a.graphs):
+                _value_infos(sub, out)
+
+
+def _apply_types(graph: gs.Graph, inferred: onnx.ModelProto) -> None:
+    """Give the imported tensors the dtypes and shapes inference found."""
+    infos: dict[str, onnx.ValueInfoProto] = {}
+    _value_infos(inferred.graph, infos)
+    for g in all_graphs(graph):
+        for name, t in g.tensors().items():
+            vi = infos.get(name)
+            if vi is None or not isinstance(t, gs.Variable) or not vi.type.HasField("tensor_type"):
+                continue
+            tt = vi.type.tensor_type
+            if tt.elem_type:
+                with contextlib.suppress(KeyError, ValueError, TypeError):  # no numpy name: keep the import's
+                    t.dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+            if tt.HasField("shape"):
+                t.shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
 
 
 def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
@@ -32,7 +91,8 @@ def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
 
 
 def to_graph(model: onnx.ModelProto) -> gs.Graph:
-    graph = gs.import_onnx(infer(model))
+    graph = gs.import_onnx(model)
+    _apply_types(graph, infer(model))
     graph.opset = default_opset(model)
     return graph
 

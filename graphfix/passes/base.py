@@ -205,8 +205,11 @@ class Pass:
         for g in list(all_graphs(graph)):
             g.opset = graph.opset
             ctx = Context(g, Builder(g, self.name, shared), Folder(g), None if force else trt, force)
+            typed = [n for n in g.nodes if n.op in self.ops]
+            if not typed:
+                continue
             live = live_nodes(g)  # a node an earlier pass replaced stays in g.nodes until cleanup: skip it
-            candidates = [n for n in g.nodes if id(n) in live and self.match(n, ctx)]
+            candidates = [n for n in typed if id(n) in live and self.match(n, ctx)]
             matched += len(candidates)
             for node in candidates:
                 ctx.builder = Builder(g, node.name or node.op, shared)

@@ -1,0 +1,84 @@
+"""Issue-8 scale targets as ratios: graphfix --no-verify vs onnx.load + onnx.save on a big export.
+
+Builds a MatMul -> computed-bound Clip chain (the pattern fold-clip rewrites; Constant->Cast
+bounds as exports without constant folding write them), ``blocks`` blocks of 4 nodes with a
+``dim x dim`` fp32 weight each, and measures wall time and peak RSS of each tool in its own
+process (``/usr/bin/time``-free: resource.getrusage of the child).
+
+    python bench/scale.py --blocks 2500 25000 --dim 64      # 10k and 100k nodes, ~41 / 410 MB
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def chain(blocks: int, dim: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    x = "x"
+    for k in range(blocks):
+        w = f"w{k}"
+        inits.append(numpy_helper.from_array((rng.standard_normal((dim, dim)) / dim).astype(np.float32), w))
+        nodes += [
+            helper.make_node("MatMul", [x, w], [f"m{k}"], name=f"/b{k}/MatMul"),
+            helper.make_node("Constant", [], [f"lo{k}"], name=f"/b{k}/lo", value=numpy_helper.from_array(np.array(-1.0, np.float64))),
+            helper.make_node("Cast", [f"lo{k}"], [f"lof{k}"], name=f"/b{k}/Cast", to=TensorProto.FLOAT),
+            helper.make_node("Clip", [f"m{k}", f"lof{k}"], [f"y{k}"], name=f"/b{k}/Clip"),
+        ]
+        x = f"y{k}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, dim])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, dim])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def run(code: str) -> tuple[float, float]:
+    """(seconds, peak RSS in MB) of a child Python running ``code``."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr[-2000:])
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return seconds, peak
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--blocks", type=int, nargs="+", default=[2500, 25000])
+    ap.add_argument("--dim", type=int, default=64)
+    args = ap.parse_args(argv)
+    print("| nodes | MB | load+save s | graphfix s | time ratio | load+save peak MB | graphfix peak MB | memory ratio |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    times = {}
+    with tempfile.TemporaryDirectory() as d:
+        for blocks in args.blocks:
+            src, dst = Path(d, "in.onnx"), Path(d, "out.onnx")
+            onnx.save(chain(blocks, args.dim), str(src))
+            mb = src.stat().st_size / 2**20
+            # each measurement in a fresh child so peaks do not mix (RUSAGE_CHILDREN is a max over children)
+            t_ls, p_ls = run(f"import onnx; m = onnx.load({str(src)!r}); onnx.save(m, {str(dst)!r})")
+            t_gf, p_gf = run(f"from graphfix.cli import main; raise SystemExit(main([{str(src)!r}, {str(dst)!r}, '--no-verify', '--quiet']))")
+            times[blocks] = t_gf
+            print(f"| {4 * blocks} | {mb:.0f} | {t_ls:.2f} | {t_gf:.2f} | {t_gf / t_ls:.1f}x | {p_ls:.0f} | {p_gf:.0f} | {p_gf / p_ls:.2f}x |",
+                  flush=True)
+    if len(args.blocks) >= 2:
+        a, b = sorted(args.blocks)[0], sorted(args.blocks)[-1]
+        print(f"\n{4 * b} vs {4 * a} nodes: time ratio {times[b] / times[a]:.1f} (linear would be {b / a:.0f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
