@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import tempfile
 from pathlib import Path
 
 import onnx
@@ -70,11 +71,74 @@ def check_graph(model: onnx.ModelProto, where: str) -> None:
         raise GraphfixError(f"invalid graph: {problem}", where)
 
 
+#: Initializers with more elements than this are left out of shape inference and the checker
+#: (only their type and dims matter there; data propagation needs small shape-like values only).
+WEIGHTLESS_ABOVE = 1024
+#: Above this estimated size the checker runs on the weightless model: onnx.checker serializes
+#: the model it is given (twice, with its size check), which on a big export is two more copies
+#: of every weight.
+_CHECK_WEIGHTLESS_ABOVE = 64 << 20
+_STUB_DATA = "graphfix-weightless.data"
+
+
+def elements(t: onnx.TensorProto) -> int:
+    count = 1
+    for d in t.dims:
+        count *= d
+    return count
+
+
+def estimated_size(model: onnx.ModelProto) -> int:
+    """The serialized size, dominated by the weights, without serializing (upb's ByteSize() does)."""
+    total = 0
+    for t in model.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        try:
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        except (KeyError, TypeError, ValueError):
+            itemsize = 8
+        total += max(elements(t), 0) * itemsize
+    return total + 256 * len(model.graph.node)
+
+
+def weightless(model: onnx.ModelProto, external_stubs: bool = False) -> onnx.ModelProto:
+    """A copy of ``model`` whose big initializers keep their name, type and dims but no data
+    (``external_stubs``: marked as external data in ``_STUB_DATA``, which the checker accepts)."""
+    stub = onnx.ModelProto()
+    _copy_fields(model, stub, skip="graph")
+    stub.graph.SetInParent()
+    _copy_fields(model.graph, stub.graph, skip="initializer")
+    for t in model.graph.initializer:
+        if elements(t) <= WEIGHTLESS_ABOVE and t.data_location != onnx.TensorProto.EXTERNAL:
+            stub.graph.initializer.append(t)
+            continue
+        s = stub.graph.initializer.add()
+        s.name, s.data_type = t.name, t.data_type
+        s.dims.extend(t.dims)
+        if external_stubs:
+            s.data_location = onnx.TensorProto.EXTERNAL
+            entry = s.external_data.add()
+            entry.key, entry.value = "location", _STUB_DATA
+    return stub
+
+
+def _check(model: onnx.ModelProto, full_check: bool) -> None:
+    if estimated_size(model) <= _CHECK_WEIGHTLESS_ABOVE:
+        onnx.checker.check_model(model, full_check=full_check)
+        return
+    with tempfile.TemporaryDirectory(prefix="graphfix-check-") as d:
+        Path(d, _STUB_DATA).touch()
+        path = Path(d, "model.onnx")
+        path.write_bytes(weightless(model, external_stubs=True).SerializeToString())
+        onnx.checker.check_model(str(path), full_check=full_check)
+
+
 def checker_problem(model: onnx.ModelProto, full_check: bool = False) -> str | None:
     """onnx.checker's complaint, if any. An op version the standard has since deprecated (opset-18
     GroupNormalization, which exports and onnxruntime use) is not a problem for graphfix."""
     try:
-        onnx.checker.check_model(model, full_check=full_check)
+        _check(model, full_check)
     except UnicodeDecodeError as exc:  # a name or attribute string is not UTF-8 (a corrupt file)
         return f"a name or string is not valid UTF-8 ({first_line(exc)})"
     except Exception as exc:  # noqa: BLE001 - ValidationError, InferenceError, ...
@@ -95,7 +159,7 @@ def _check_domains(model: onnx.ModelProto, where: str) -> None:
     problem = _negative_dim(model.graph) or _tensor_size_problem(model.graph) or _undecodable_name(model.graph)
     if problem:  # onnx's shape inference aborts the process on negative dims (std::clamp assertion)
         raise GraphfixError(f"invalid graph: {problem}", where)
-    if model.ByteSize() > MAX_MODEL_BYTES:
+    if estimated_size(model) > MAX_MODEL_BYTES:
         raise GraphfixError("model is larger than protobuf's 2 GiB limit; graphfix handles models up to 2 GiB for now", where)
 
 
@@ -143,6 +207,10 @@ _FIELDS = {
 _FOUR_BIT = {getattr(_T, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(_T, n)}
 
 
+#: Tensors up to this many elements are checked for data matching their dims (passes may read them).
+_SIZE_CHECK_LIMIT = 1 << 20
+
+
 def _tensor_size_problem(graph: onnx.GraphProto) -> str | None:
     """Initializers and Constant values whose data does not hold prod(dims) elements (a corrupt
     file: numpy's reshape would fail deep inside a pass)."""
@@ -159,9 +227,9 @@ def _tensor_size_problem(graph: onnx.GraphProto) -> str | None:
     for t in tensors:
         if t.data_location == _T.EXTERNAL or any(d < 0 for d in t.dims):
             continue  # external sizes are checked against the file; negative dims by onnx.checker
-        count = 1
-        for d in t.dims:
-            count *= d
+        count = elements(t)
+        if count > _SIZE_CHECK_LIMIT:
+            continue  # reading raw_data copies it; passes never read tensors this big (fold limit)
         if t.data_type in _FOUR_BIT:
             want, have = ((count + 1) // 2, len(t.raw_data)) if t.HasField("raw_data") else ((count + 1) // 2, len(t.int32_data))
         elif t.HasField("raw_data"):
@@ -260,11 +328,56 @@ def runtime_compatible(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
-    """Write with an IR version onnxruntime reads, atomically."""
+    """Write with an IR version onnxruntime reads, atomically, streaming the weights."""
     model = runtime_compatible(model)
-    if model.ByteSize() > _PROTO_LIMIT:
+    if estimated_size(model) > _PROTO_LIMIT:
         raise GraphfixError("model exceeds 2 GiB; external-data output is not supported yet", str(path))
-    write_atomic(path, model.SerializeToString())
+    write_atomic(path, lambda fh: write_streamed(model, fh))
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+#: Wire tags: ModelProto.graph (field 7) and GraphProto.initializer (field 5), length-delimited.
+_GRAPH_TAG, _INITIALIZER_TAG = bytes([7 << 3 | 2]), bytes([5 << 3 | 2])
+
+
+def _copy_fields(src, dst, skip: str) -> None:
+    for field, value in src.ListFields():
+        if field.name == skip:
+            continue
+        if field.is_repeated:
+            getattr(dst, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
+
+
+def write_streamed(model: onnx.ModelProto, fh) -> None:
+    """The model's bytes, one initializer at a time.
+
+    ``SerializeToString`` builds the whole file in memory (one more copy of every weight).
+    Protobuf merges repeated occurrences of a message field, so the model without its
+    initializers followed by one ``graph { initializer: t }`` record per tensor parses to the same
+    model (initializers in the same order), with one tensor's bytes in memory at a time.
+    """
+    stub = onnx.ModelProto()
+    _copy_fields(model, stub, skip="graph")
+    stub.graph.SetInParent()
+    _copy_fields(model.graph, stub.graph, skip="initializer")
+    fh.write(stub.SerializeToString())
+    for t in model.graph.initializer:
+        body = t.SerializeToString()
+        inner_len = len(_INITIALIZER_TAG) + len(_varint(len(body))) + len(body)
+        fh.write(_GRAPH_TAG + _varint(inner_len) + _INITIALIZER_TAG + _varint(len(body)))
+        fh.write(body)
 
 
 def check_output_path(inp: str | os.PathLike, out: str | os.PathLike) -> None:

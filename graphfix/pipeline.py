@@ -40,6 +40,9 @@ from graphfix.passes.base import Context, Pass
 from graphfix.report import ERROR, KEPT, ROLLED_BACK, UNCHANGED, UNVERIFIED, PassRecord, Report
 from graphfix.trt.versions import TrtVersion
 
+#: After a run on a graph this big, collect its reference cycles at once (they hold the weights).
+_COLLECT_ABOVE = 20_000
+
 
 class StrictFailure(GraphfixError):
     """--strict: a rewrite would have been rolled back (exit 1, nothing written)."""
@@ -224,6 +227,9 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         fixed = to_model(graph, model) if log.edits else model
     finally:
         gc.unfreeze()
+        if len(graph.nodes) > _COLLECT_ABOVE:
+            del graph  # its tensors reference the input's weights: collect the cycles now, not at exit
+            gc.collect()
     report.sessions = counter.count
     if settings.trt is not None:
         report.trt = _trt_summary(model, fixed, settings.trt)

@@ -8,41 +8,7 @@ from collections.abc import Iterator
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphfix.model_io import default_opset
-
-#: Initializers with more elements than this are left out of shape inference (only their type and
-#: dims matter there; data propagation needs small shape-like values only).
-_INFER_DATA_LIMIT = 1024
-
-
-def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` whose big initializers keep their name, type and dims but no data.
-
-    Shape inference serializes the model and returns a new one: with the weights that is two more
-    copies of them (gigabytes on the models that need TensorRT most).
-    """
-    stub = onnx.ModelProto()
-    for name in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
-        setattr(stub, name, getattr(model, name))
-    stub.opset_import.extend(model.opset_import)
-    stub.functions.extend(model.functions)
-    g, sg = model.graph, stub.graph
-    sg.name = g.name
-    sg.node.extend(g.node)
-    sg.input.extend(g.input)
-    sg.output.extend(g.output)
-    sg.sparse_initializer.extend(g.sparse_initializer)
-    for t in g.initializer:
-        count = 1
-        for d in t.dims:
-            count *= d
-        if count <= _INFER_DATA_LIMIT and t.data_location != onnx.TensorProto.EXTERNAL:
-            sg.initializer.append(t)
-        else:
-            s = sg.initializer.add()
-            s.name, s.data_type = t.name, t.data_type
-            s.dims.extend(t.dims)
-    return stub
+from graphfix.model_io import default_opset, weightless
 
 
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -168,6 +168,15 @@ def _partial_shape_value(node: gs.Node) -> np.ndarray | None:
 
 
 def _evaluate(node: gs.Node, values: list[np.ndarray | None], opset: int) -> list[np.ndarray]:
+    if node.op == "Identity":
+        return [values[0]]
+    if node.op == "Cast" and "saturate" not in node.attrs:
+        try:  # what exports fold most (Constant -> Cast bounds); numpy's cast is ONNX's for these types
+            to = onnx.helper.tensor_dtype_to_np_dtype(node.attrs["to"])
+        except (KeyError, ValueError, TypeError):
+            to = None
+        if to is not None and to.kind in "biuf" and values[0].dtype.kind in "biuf":
+            return [values[0].astype(to)]
     in_names = tuple(f"in{k}" if v is not None else "" for k, v in enumerate(values))
     evaluator = _evaluator(OnnxExporter.export_node(node), in_names, len(node.outputs), opset)
     feeds = {n: v for n, v in zip(in_names, values, strict=True) if n}

@@ -8,6 +8,7 @@ nodes built.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import numpy as np
@@ -26,9 +27,14 @@ def _elem_type(dtype: object) -> int | None:
     if isinstance(dtype, int):
         return dtype
     try:
-        return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        return _np_to_onnx(np.dtype(dtype))
     except (TypeError, KeyError, ValueError):
         return None
+
+
+@functools.cache
+def _np_to_onnx(dtype: np.dtype) -> int:
+    return helper.np_dtype_to_tensor_dtype(dtype)
 
 
 def _type_proto(t: gs.Tensor) -> onnx.TypeProto | None:
