@@ -87,11 +87,11 @@ def live_nodes(graph: gs.Graph) -> set[int]:
             for value in producer.attrs.values():
                 for sub in value if isinstance(value, list) else [value]:
                     if isinstance(sub, gs.Graph):
-                        stack.extend(_outer_reads(sub))
+                        stack.extend(outer_reads(sub))
     return live
 
 
-def _outer_reads(graph: gs.Graph) -> list[gs.Tensor]:
+def outer_reads(graph: gs.Graph) -> list[gs.Tensor]:
     """Tensors the nodes of a body (and its nested bodies) read."""
     reads: list[gs.Tensor] = []
     for node in graph.nodes:
@@ -99,7 +99,7 @@ def _outer_reads(graph: gs.Graph) -> list[gs.Tensor]:
         for value in node.attrs.values():
             for sub in value if isinstance(value, list) else [value]:
                 if isinstance(sub, gs.Graph):
-                    reads.extend(_outer_reads(sub))
+                    reads.extend(outer_reads(sub))
     return reads
 
 
