@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphfix.graph.edits import live_nodes, outer_reads
 from graphfix.model_io import default_opset, weightless
@@ -104,26 +105,86 @@ def to_graph(model: onnx.ModelProto) -> gs.Graph:
     graph = gs.import_onnx(model)
     _apply_types(graph, infer(model))
     graph.opset = default_opset(model)
+    # What each imported node looked like, and its proto: export reuses the proto of every node
+    # no pass touched (onnx-graphsurgeon re-creates all of them, most of an export's time).
+    graph.gf_source = (model, {id(n): (p, _fingerprint(n)) for n, p in zip(graph.nodes, model.graph.node, strict=False)})
     return graph
+
+
+def _fingerprint(n: gs.Node) -> tuple:
+    return (n.op, n.domain, tuple(t.name for t in n.inputs), tuple(t.name for t in n.outputs),
+            tuple((k, id(v)) for k, v in n.attrs.items()))
 
 
 def to_model(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto:
     """Export and restore what export drops: IR version, all opset imports, producer, metadata."""
     for g in list(all_graphs(graph)):
         _prune_and_sort(g)
-    model = gs.export_onnx(graph, do_type_check=False)
+    source = getattr(graph, "gf_source", None)
+    if source is not None and source[0] is template and _same_signature(graph, template) and not template.graph.sparse_initializer:
+        model = _export_reusing(graph, template, source[1])
+    else:
+        model = gs.export_onnx(graph, do_type_check=False)
+        del model.opset_import[:]
+        model.opset_import.extend(template.opset_import)
+        model.producer_name = template.producer_name
+        model.producer_version = template.producer_version
+        model.domain = template.domain
+        model.model_version = template.model_version
+        model.doc_string = template.doc_string
+        del model.metadata_props[:]
+        model.metadata_props.extend(template.metadata_props)
+        if not model.functions and template.functions:
+            model.functions.extend(template.functions)
     model.ir_version = template.ir_version
     if model.ir_version < 4 and model.graph.initializer:
         model.ir_version = 4  # IR < 4 wants every initializer listed as a graph input; new constants are not
-    del model.opset_import[:]
-    model.opset_import.extend(template.opset_import)
-    model.producer_name = template.producer_name
-    model.producer_version = template.producer_version
-    model.domain = template.domain
-    model.model_version = template.model_version
-    model.doc_string = template.doc_string
-    del model.metadata_props[:]
-    model.metadata_props.extend(template.metadata_props)
-    if not model.functions and template.functions:
-        model.functions.extend(template.functions)
     return model
+
+
+def _same_signature(graph: gs.Graph, template: onnx.ModelProto) -> bool:
+    return [t.name for t in graph.inputs] == [i.name for i in template.graph.input] and \
+        [t.name for t in graph.outputs] == [o.name for o in template.graph.output]
+
+
+def _export_reusing(graph: gs.Graph, template: onnx.ModelProto, protos: dict[int, tuple]) -> onnx.ModelProto:
+    """The template's metadata, inputs and outputs; its node and initializer protos where the node
+    or tensor is unchanged; onnx-graphsurgeon's export only for new or edited nodes."""
+    model = onnx.ModelProto()
+    for field, value in template.ListFields():
+        if field.name == "graph":
+            continue
+        if field.is_repeated:
+            getattr(model, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(model, field.name).CopyFrom(value)
+        else:
+            setattr(model, field.name, value)
+    g, tg = model.graph, template.graph
+    g.name, g.doc_string = tg.name, tg.doc_string
+    g.input.extend(tg.input)
+    g.output.extend(tg.output)
+    originals = {t.name: t for t in tg.initializer}
+    written: set[str] = set()
+    for n in graph.nodes:
+        known = protos.get(id(n))
+        if known is not None and known[1] == _fingerprint(n) and not any(True for _ in n.subgraphs()):
+            g.node.append(known[0])
+        else:
+            g.node.append(OnnxExporter.export_node(n))
+        for t in n.inputs:
+            if isinstance(t, gs.Constant) and t.name not in written:
+                written.add(t.name)
+                g.initializer.append(originals[t.name] if t.name in originals and _unchanged(t, originals[t.name])
+                                     else OnnxExporter.export_tensor_proto(t))
+    for t in graph.inputs:  # IR < 4 lists initializers as inputs too
+        if t.name in originals and t.name not in written:
+            written.add(t.name)
+            g.initializer.append(originals[t.name])
+    return model
+
+
+def _unchanged(t: gs.Constant, original: onnx.TensorProto) -> bool:
+    """The constant still holds the template's tensor (not loaded and replaced by a pass)."""
+    values = getattr(t, "_values", None)
+    return getattr(values, "tensor", None) is original
