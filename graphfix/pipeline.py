@@ -202,7 +202,13 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         feeds = _feeds(model, settings, report, source)
 
     step("importing the graph")
-    graph = to_graph(model)
+    was_enabled = gc.isenabled()
+    gc.disable()  # the import creates ~10 objects per node and frees none: collections are pure cost
+    try:
+        graph = to_graph(model)
+    finally:
+        if was_enabled:
+            gc.enable()
     gc.freeze()
     try:
         log = EditLog()
