@@ -28,11 +28,15 @@ class FixResult:
     def ok(self) -> bool:
         return self.report.status == "ok"
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Atomic write with an IR version onnxruntime reads (never over the input or its weights)."""
-        paths.plan_fix(self._source(), path)
+    def save(self, path: str | os.PathLike, external_data: str | None = None) -> str | None:
+        """Atomic write with an IR version onnxruntime reads (never over the input or its weights).
+
+        A model with external data (or over 2 GiB, or given ``external_data``) is written as
+        ``path`` plus its weights file (``<path>.data`` or ``external_data``); returns that path.
+        """
+        paths.plan_fix(self._source(), path, external_data=external_data)
         with atomic.transaction():
-            save_model(self.model, path)
+            return save_model(self.model, path, self.outcome.base_dir, external_data)
 
     def save_report(self, path: str | os.PathLike) -> None:
         """JSON (or ``.md``); a JSON report gets polygraphy inputs/outputs files beside it.
@@ -128,12 +132,14 @@ def fix(
         force=tuple(force), verify=verify, verify_each=verify_each, strict=strict, atol=atol, rtol=rtol, seed=seed,
         iterations=iterations, input_shapes=_shape_sets(input_shapes),
         profile_shapes=_shape_sets(list(profile_shapes)), val_range=dict(val_range or {}), feeds=inputs,
+        base_dir=None if source is None else str(Path(source).resolve().parent),
     )
     outcome = pipeline.run(model, settings, source, None if output is None else str(output), progress)
+    outcome.base_dir = settings.base_dir
     result = FixResult(outcome.model, outcome.report, outcome)
     if output is not None:
         with atomic.transaction():
-            save_model(result.model, output)
+            save_model(result.model, output, settings.base_dir)
     return result
 
 

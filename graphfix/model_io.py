@@ -33,7 +33,10 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise GraphfixError("is a directory, not an ONNX file", str(p))
     _check_source(p)
     try:
-        model = onnx.load(str(p))
+        model = onnx.load(str(p), load_external_data=False)
+        from graphfix import external
+
+        external.load_small(model, p.parent)
     except (DecodeError, RuntimeError, ValueError, OSError, onnx.checker.ValidationError) as exc:
         raise GraphfixError(f"not a readable ONNX model ({first_line(exc)})", str(p)) from exc
     if not model.graph.node and not model.graph.output:
@@ -124,7 +127,9 @@ def weightless(model: onnx.ModelProto, external_stubs: bool = False) -> onnx.Mod
 
 
 def _check(model: onnx.ModelProto, full_check: bool) -> None:
-    if estimated_size(model) <= _CHECK_WEIGHTLESS_ABOVE:
+    from graphfix.external import has_external
+
+    if estimated_size(model) <= _CHECK_WEIGHTLESS_ABOVE and not has_external(model):
         onnx.checker.check_model(model, full_check=full_check)
         return
     with tempfile.TemporaryDirectory(prefix="graphfix-check-") as d:
@@ -327,12 +332,28 @@ def runtime_compatible(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
-    """Write with an IR version onnxruntime reads, atomically, streaming the weights."""
+def save_model(model: onnx.ModelProto, path: str | os.PathLike, base_dir: str | os.PathLike | None = None,
+               external_data: str | None = None) -> str | None:
+    """Write with an IR version onnxruntime reads, atomically, streaming the weights.
+
+    A model that references external data (``base_dir``: the folder its locations are relative
+    to), is over 2 GiB, or is given an ``external_data`` name is written as two files: the model,
+    and its weights in ``<output>.data`` (or ``external_data``, relative to the output's folder).
+    Returns the data file's path when one was written.
+    """
+    from graphfix import atomic, external, paths
+
     model = runtime_compatible(model)
-    if estimated_size(model) > _PROTO_LIMIT:
-        raise GraphfixError("model exceeds 2 GiB; external-data output is not supported yet", str(path))
-    write_atomic(path, lambda fh: write_streamed(model, fh))
+    if not external.needs_external(model, external_data):
+        write_atomic(path, lambda fh: write_streamed(model, fh))
+        return None
+    data = paths.data_path(path, external_data)
+    plan = external.DataPlan(model, None if base_dir is None else Path(base_dir),
+                             os.path.relpath(data, Path(path).parent))
+    with atomic.transaction():
+        write_atomic(data, plan.write_data, "external data")
+        write_atomic(path, lambda fh: write_streamed(model, fh, plan.stub))
+    return str(data)
 
 
 def _varint(n: int) -> bytes:
@@ -360,8 +381,18 @@ def _copy_fields(src, dst, skip: str) -> None:
             setattr(dst, field.name, value)
 
 
-def write_streamed(model: onnx.ModelProto, fh) -> None:
-    """The model's bytes, one initializer at a time.
+def serialized(model: onnx.ModelProto) -> bytes:
+    """The model's bytes, built one initializer at a time (see write_streamed)."""
+    import io
+
+    buffer = io.BytesIO()
+    write_streamed(model, buffer)
+    return buffer.getvalue()
+
+
+def write_streamed(model: onnx.ModelProto, fh, replace=None) -> None:
+    """The model's bytes, one initializer at a time (``replace(k, tensor)`` may give the proto to
+    write instead of initializer ``k``, e.g. an external-data reference).
 
     ``SerializeToString`` builds the whole file in memory (one more copy of every weight).
     Protobuf merges repeated occurrences of a message field, so the model without its
@@ -373,8 +404,9 @@ def write_streamed(model: onnx.ModelProto, fh) -> None:
     stub.graph.SetInParent()
     _copy_fields(model.graph, stub.graph, skip="initializer")
     fh.write(stub.SerializeToString())
-    for t in model.graph.initializer:
-        body = t.SerializeToString()
+    for k, t in enumerate(model.graph.initializer):
+        written = replace(k, t) if replace is not None else None
+        body = (written if written is not None else t).SerializeToString()
         inner_len = len(_INITIALIZER_TAG) + len(_varint(len(body))) + len(body)
         fh.write(_GRAPH_TAG + _varint(inner_len) + _INITIALIZER_TAG + _varint(len(body)))
         fh.write(body)

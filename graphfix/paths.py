@@ -150,6 +150,10 @@ def external_data(path: str | os.PathLike) -> list[ExternalTensor]:
             offset, length = int(info.get("offset", 0) or 0), (int(info["length"]) if info.get("length") else None)
         except ValueError:
             raise GraphfixError(f"{where}: offset/length are not integers", str(p)) from None
+        expected = _expected_bytes(tensor)
+        if length is not None and expected is not None and length != expected:
+            raise GraphfixError(f"{where}: length {length} does not match the tensor's dims {list(tensor.dims)} "
+                                f"({expected} bytes)", str(p))
         file = folder / norm
         if not file.exists():
             raise GraphfixError(f"{where}: {file} does not exist", str(p))
@@ -164,6 +168,22 @@ def external_data(path: str | os.PathLike) -> list[ExternalTensor]:
             raise GraphfixError(f"{where}: {file} is {st.st_size} bytes, the tensor needs bytes {offset}..{end}", str(p))
         found.append(ExternalTensor(name, location, file, offset, length if length is not None else st.st_size - offset))
     return found
+
+
+def _expected_bytes(tensor: onnx.TensorProto) -> int | None:
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return None
+    if tensor.data_type == onnx.TensorProto.STRING or any(d < 0 for d in tensor.dims):
+        return None
+    count = 1
+    for d in tensor.dims:
+        count *= d
+    return count * itemsize if itemsize >= 1 and tensor.data_type not in _SUB_BYTE else None
+
+
+_SUB_BYTE = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(onnx.TensorProto, n)}
 
 
 def _mentions_location(p: Path) -> bool:
@@ -184,15 +204,6 @@ def _external_tensors(model: onnx.ModelProto) -> Iterable[onnx.TensorProto]:
     for t in _get_all_tensors(model):
         if t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL:
             yield t
-
-
-def check_model_size(path: Path, tensors: Sequence[ExternalTensor]) -> None:
-    """The model with its weights loaded must fit in one protobuf message."""
-    total = path.stat().st_size + sum(t.length or 0 for t in tensors)
-    if total > MAX_MODEL_BYTES:
-        raise GraphfixError(
-            f"the model with its external data is {gib(total)}; graphfix handles models up to 2 GiB "
-            "(protobuf's limit) for now", str(path))
 
 
 def check_inputs_file(path: str | os.PathLike) -> Path:
@@ -303,7 +314,6 @@ def _external_files(path: str, dev: int, ino: int, size: int, mtime_ns: int) -> 
     """Checked once per version of the file: a run plans, then loads, the same model."""
     p = Path(path)
     tensors = external_data(p)
-    check_model_size(p, tensors)
     return tuple(dict.fromkeys(t.file for t in tensors))
 
 

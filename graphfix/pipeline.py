@@ -70,6 +70,8 @@ class Settings:
     profile_shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
     val_range: dict[str, tuple[float, float]] = field(default_factory=dict)
     feeds: list[dict[str, np.ndarray]] | None = None
+    #: the folder the model's external-data locations are relative to (None: no external data)
+    base_dir: str | None = None
 
     def public(self) -> dict[str, Any]:
         return {
@@ -89,6 +91,7 @@ class Outcome:
     feeds: list[dict[str, np.ndarray]]
     baseline: Any = None  # polygraphy RunResults of the input model
     final: Any = None  # RunResults of the returned model
+    base_dir: str | None = None  # where the model's external data lives
 
 
 def _trt_version(text: str | None) -> TrtVersion | None:
@@ -254,7 +257,7 @@ def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: s
         try:
             feed = verify.make_inputs(model, shapes, settings.val_range, settings.seed, 1)
             if session is None:
-                session = verify.session(model)
+                session = verify.session(model, settings.base_dir)
                 report.search_sessions += 1
             session.run(None, feed[0])
         except GraphfixError:
@@ -290,10 +293,10 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source)
     regs = regions_mod.regions(log.edits, graph, originals)
     probe = regions_mod.probe_model(model, regs)
     try:
-        probe_results = verify.run(probe, feeds, "graphfix-probe", counter)
+        probe_results = verify.run(probe, feeds, "graphfix-probe", counter, settings.base_dir)
     except Exception as exc:  # noqa: BLE001
         try:
-            verify.run(model, feeds, "original", counter)
+            verify.run(model, feeds, "original", counter, settings.base_dir)
         except Exception as exc2:  # noqa: BLE001
             raise GraphfixError(
                 f"onnxruntime cannot run the input model, so rewrites cannot be verified ({first_line(exc2)}); "
@@ -337,7 +340,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source)
         report.notes.append(f"the fixed model is invalid ({invalid}); checking pass by pass")
         return baseline, None, True
     try:
-        final = verify.run(fixed, feeds, "graphfix-fixed", counter)
+        final = verify.run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
     except Exception as exc:  # noqa: BLE001
         report.notes.append(f"onnxruntime cannot run the fixed model ({first_line(exc)}); checking pass by pass")
         return baseline, None, True
@@ -352,7 +355,7 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
     """Whole-pass checking: one session for the input plus one per changed pass (debugging, fallback)."""
     if not report.verification:
         report.verification = "pass by pass (--verify-each)"
-    baseline = verify.run(model, feeds, "original", counter)
+    baseline = verify.run(model, feeds, "original", counter, settings.base_dir)
     full_check = passes_full_check(model)
     state = {"results": baseline}
 
@@ -362,7 +365,7 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
         results = None
         if not reason:
             try:
-                results = verify.run(candidate, feeds, record.name, counter)
+                results = verify.run(candidate, feeds, record.name, counter, settings.base_dir)
             except Exception as exc:  # noqa: BLE001
                 reason = f"onnxruntime cannot run the rewritten model ({first_line(exc)})"
         if results is not None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
+from polygraphy.backend.onnxrt import OnnxrtRunner
 from polygraphy.common import TensorMetadata
 from polygraphy.comparator import Comparator, DataLoader, RunResults
 from polygraphy.comparator.compare import SimpleCompareFunc
@@ -171,25 +171,28 @@ class SessionCounter:
         self.count = 0
 
 
-def session(model: onnx.ModelProto):
+def session(model: onnx.ModelProto, base_dir=None):
     """A bare onnxruntime CPU session (the candidate-shape search)."""
     if any(n.op_type == "ATen" for n in model.graph.node):  # onnxruntime has no ATen kernels
         from graphfix.aten_reference import evaluator
 
         return evaluator(model)
-    import onnxruntime as ort
+    from graphfix import external
 
-    return ort.InferenceSession(runtime_compatible(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    return external.session(runtime_compatible(model), base_dir)
 
 
-def run(model: onnx.ModelProto, feeds: Feeds, name: str, counter: SessionCounter | None = None) -> RunResults:
-    """One onnxruntime session for ``model``, run on every feed."""
+def run(model: onnx.ModelProto, feeds: Feeds, name: str, counter: SessionCounter | None = None, base_dir=None) -> RunResults:
+    """One onnxruntime session for ``model``, run on every feed (``base_dir``: where its external
+    data lives; onnxruntime reads it from there)."""
     if any(n.op_type == "ATen" for n in model.graph.node):  # onnxruntime has no ATen kernels
         from graphfix.aten_reference import run_results
 
         return run_results(model, feeds, name)
-    blob = runtime_compatible(model).SerializeToString()
-    runner = OnnxrtRunner(SessionFromOnnx(blob, providers=["CPUExecutionProvider"]), name=name)
+    from graphfix import external
+
+    model = runtime_compatible(model)
+    runner = OnnxrtRunner(lambda: external.session(model, base_dir), name=name)
     if counter is not None:
         counter.count += 1
     with quiet_polygraphy():

@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--trt-opt-shapes", action="append", metavar="NAME:1x3x224x224", help="optimization profile optimum")
     t.add_argument("--trt-max-shapes", action="append", metavar="NAME:1x3x224x224", help="optimization profile maximum")
     t.add_argument("--fp16", action="store_true", help="build with FP16 enabled")
+    p.add_argument("--external-data", metavar="NAME",
+                   help="write the weights to this file beside the output (default for models with external data or "
+                        "over 2 GiB: OUT.onnx.data; smaller models stay one file unless this is given)")
     r = p.add_argument_group("reports")
     r.add_argument("--report", action="append", default=[], metavar="FILE", help="write the report: .json (plus polygraphy inputs/outputs files) or .md")
     r.add_argument("--quiet", action="store_true", help="don't print the table")
@@ -76,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if args.build and not trt_engine.tensorrt_available():
         raise GraphfixError(f"--build: {trt_engine.MISSING}")
     paths.plan_fix(args.input, args.output, args.report, load_inputs=args.load_inputs, engine=args.build,
-                   external_data=getattr(args, "external_data", None), sidecar_files=not args.no_verify)
+                   external_data=args.external_data, sidecar_files=not args.no_verify)
     status = _status_line(args)
 
     def step(what: str) -> None:
@@ -99,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         engine_path = args.build or str(Path(args.output).with_suffix(".engine"))
         result.report.engine = {"commands": command_lines(args.output, engine_path, profile, args.fp16)}
     with atomic.Transaction() as tx:
-        save_model(result.model, args.output)
+        save_model(result.model, args.output, result.outcome.base_dir, args.external_data)
         if args.build:
             tx.commit()  # TensorRT parses the model from disk; a failure below still removes it
             result.report.engine.update(_build(result, args, profile, tx.reserve(args.build, "engine").temp))

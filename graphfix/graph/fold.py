@@ -35,6 +35,9 @@ class Folder:
         if tensor is None:
             return None
         if isinstance(tensor, gs.Constant):
+            shape = tensor.shape or ()
+            if int(np.prod(shape, dtype=np.int64)) > self.max_elements:
+                return None  # weights: never loaded (they may be gigabytes of external data)
             return np.asarray(tensor.values)
         key = id(tensor)
         cached = self._memo.get(key, _MISSING)

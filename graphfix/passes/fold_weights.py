@@ -231,7 +231,7 @@ def runtime_path(t: gs.Tensor, folder: Folder) -> str:
             source = f"graph input '{cur.name}'" if cur.name else "an absent input"
             break
         path.append(producer)
-        pending = [i for i in producer.inputs if i.name and folder.value(i) is None]
+        pending = [i for i in producer.inputs if i.name and not isinstance(i, gs.Constant) and folder.value(i) is None]
         if producer.op in ("Shape", "Size"):
             source = f"the dynamic dims of '{producer.inputs[0].name}'"
         elif producer.op in _RANDOM:

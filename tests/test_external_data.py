@@ -1,0 +1,101 @@
+"""Models with external data: weights stay external, are written beside the output, never copied
+into the model; over 2 GiB (slow test) read, fixed and written."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphfix.cli import main
+
+
+def _chain(blocks: int, dim: int, value: float | None = None) -> onnx.ModelProto:
+    """MatMul -> Clip with Constant->Cast bounds (fold-clip rewrites it), ``blocks`` weights."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for k in range(blocks):
+        w = np.full((dim, dim), value, np.float32) if value is not None else (rng.standard_normal((dim, dim)) / dim).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{k}"))
+        nodes += [helper.make_node("MatMul", [x, f"w{k}"], [f"m{k}"]),
+                  helper.make_node("Constant", [], [f"lo{k}"], value=numpy_helper.from_array(np.array(-1.0, np.float64))),
+                  helper.make_node("Cast", [f"lo{k}"], [f"lof{k}"], to=TensorProto.FLOAT),
+                  helper.make_node("Clip", [f"m{k}", f"lof{k}"], [f"y{k}"], name=f"/b{k}/Clip")]
+        x = f"y{k}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, dim])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, dim])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+
+
+def _run(path: Path, x: np.ndarray) -> np.ndarray:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+@pytest.fixture
+def external_model(tmp_path: Path) -> Path:
+    src = tmp_path / "in" / "model.onnx"
+    src.parent.mkdir()
+    onnx.save(_chain(3, 512), str(src), save_as_external_data=True, location="weights.bin", size_threshold=1024)
+    return src
+
+
+def test_weights_stay_external_and_are_written_beside_the_output(external_model: Path, tmp_path: Path):
+    before = _digests(external_model.parent)
+    out = tmp_path / "out.onnx"
+    assert main([str(external_model), str(out), "--passes", "fold-clip", "--quiet"]) == 0
+    assert _digests(external_model.parent) == before  # the input and its weights untouched
+    data = tmp_path / "out.onnx.data"
+    assert data.exists() and out.stat().st_size < 64 * 1024  # the model file holds no weights
+    assert data.stat().st_size >= 3 * 512 * 512 * 4
+    written = onnx.load(str(out), load_external_data=False)
+    assert {e.value for t in written.graph.initializer for e in t.external_data if e.key == "location"} == {"out.onnx.data"}
+    assert not any(n.op_type == "Cast" for n in written.graph.node)  # fold-clip did rewrite
+    x = np.random.default_rng(1).standard_normal((1, 512)).astype(np.float32)
+    np.testing.assert_allclose(_run(out, x), _run(external_model, x), rtol=1e-6, atol=1e-6)
+
+
+def test_verification_reads_the_weights_where_they_are(external_model: Path, tmp_path: Path):
+    import graphfix
+
+    result = graphfix.fix(str(external_model), "fold-clip", output=tmp_path / "o.onnx")
+    assert result.report.passes[0].verdict == "kept" and result.report.sessions == 2
+    assert (tmp_path / "o.onnx.data").exists()
+
+
+def test_external_data_name_and_small_models_stay_one_file(tmp_path: Path):
+    src = tmp_path / "small.onnx"
+    onnx.save(_chain(1, 64), str(src))
+    assert main([str(src), str(tmp_path / "one.onnx"), "--quiet"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.onnx", "small.onnx"]
+    assert main([str(src), str(tmp_path / "three.onnx"), "--external-data", "three.bin", "--quiet"]) == 0
+    written = onnx.load(str(tmp_path / "three.onnx"), load_external_data=False)
+    assert any(t.data_location == TensorProto.EXTERNAL for t in written.graph.initializer)
+    x = np.ones((1, 64), np.float32)
+    np.testing.assert_allclose(_run(tmp_path / "three.onnx", x), _run(src, x), rtol=1e-6)
+
+
+def test_a_run_that_fails_leaves_no_data_file(external_model: Path, tmp_path: Path):
+    out = tmp_path / "out.onnx"
+    assert main([str(external_model), str(out), "--atol", "nan", "--quiet"]) == 2
+    assert not out.exists() and not (tmp_path / "out.onnx.data").exists()
+
+
+@pytest.mark.slow
+def test_model_over_2_gib_is_read_fixed_written_and_runs(tmp_path: Path):
+    """4 x 604 MB weights: more than one protobuf message can hold (slow: 2.4 GB on disk, twice)."""
+    src = tmp_path / "big.onnx"
+    onnx.save(_chain(4, 12288, value=1e-5), str(src), save_as_external_data=True, location="big.data")
+    out = tmp_path / "fixed.onnx"
+    assert main([str(src), str(out), "--passes", "fold-clip", "--no-verify", "--quiet"]) == 0
+    assert (tmp_path / "fixed.onnx.data").stat().st_size >= 4 * 12288 * 12288 * 4 > 2**31
+    x = np.ones((1, 12288), np.float32)
+    np.testing.assert_allclose(_run(out, x), _run(src, x), rtol=1e-5)
