@@ -109,9 +109,9 @@ def weightless(model: onnx.ModelProto, external_stubs: bool = False) -> onnx.Mod
     """A copy of ``model`` whose big initializers keep their name, type and dims but no data
     (``external_stubs``: marked as external data in ``_STUB_DATA``, which the checker accepts)."""
     stub = onnx.ModelProto()
-    _copy_fields(model, stub, skip="graph")
+    copy_fields(model, stub, skip="graph")
     stub.graph.SetInParent()
-    _copy_fields(model.graph, stub.graph, skip="initializer")
+    copy_fields(model.graph, stub.graph, skip="initializer")
     for t in model.graph.initializer:
         if elements(t) <= WEIGHTLESS_ABOVE and t.data_location != onnx.TensorProto.EXTERNAL:
             stub.graph.initializer.append(t)
@@ -369,7 +369,8 @@ def _varint(n: int) -> bytes:
 _GRAPH_TAG, _INITIALIZER_TAG = bytes([7 << 3 | 2]), bytes([5 << 3 | 2])
 
 
-def _copy_fields(src, dst, skip: str) -> None:
+def copy_fields(src, dst, skip: str) -> None:
+    """Every set field of ``src`` but ``skip`` into ``dst`` (repeated, message and scalar fields)."""
     for field, value in src.ListFields():
         if field.name == skip:
             continue
@@ -400,9 +401,9 @@ def write_streamed(model: onnx.ModelProto, fh, replace=None) -> None:
     model (initializers in the same order), with one tensor's bytes in memory at a time.
     """
     stub = onnx.ModelProto()
-    _copy_fields(model, stub, skip="graph")
+    copy_fields(model, stub, skip="graph")
     stub.graph.SetInParent()
-    _copy_fields(model.graph, stub.graph, skip="initializer")
+    copy_fields(model.graph, stub.graph, skip="initializer")
     fh.write(stub.SerializeToString())
     for k, t in enumerate(model.graph.initializer):
         written = replace(k, t) if replace is not None else None

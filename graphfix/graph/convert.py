@@ -12,7 +12,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphfix.graph.edits import live_nodes, outer_reads
-from graphfix.model_io import default_opset, weightless
+from graphfix.model_io import copy_fields, default_opset, weightless
 
 
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -151,15 +151,7 @@ def _export_reusing(graph: gs.Graph, template: onnx.ModelProto, protos: dict[int
     """The template's metadata, inputs and outputs; its node and initializer protos where the node
     or tensor is unchanged; onnx-graphsurgeon's export only for new or edited nodes."""
     model = onnx.ModelProto()
-    for field, value in template.ListFields():
-        if field.name == "graph":
-            continue
-        if field.is_repeated:
-            getattr(model, field.name).extend(value)
-        elif field.message_type is not None:
-            getattr(model, field.name).CopyFrom(value)
-        else:
-            setattr(model, field.name, value)
+    copy_fields(template, model, skip="graph")
     g, tg = model.graph, template.graph
     g.name, g.doc_string = tg.name, tg.doc_string
     g.input.extend(tg.input)
