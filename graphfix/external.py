@@ -78,14 +78,9 @@ def _nbytes(t: onnx.TensorProto) -> int | None:
     if is_external(t):
         length = info(t).get("length")
         return int(length) if length else None
-    try:
-        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-    except (KeyError, TypeError, ValueError):
-        return None
-    count = 1
-    for d in t.dims:
-        count *= d
-    return count * itemsize if t.data_type not in (onnx.TensorProto.STRING,) else None
+    from graphfix.model_io import tensor_bytes
+
+    return tensor_bytes(t)
 
 
 class DataPlan:

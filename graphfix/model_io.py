@@ -91,18 +91,22 @@ def elements(t: onnx.TensorProto) -> int:
     return count
 
 
+def tensor_bytes(t: onnx.TensorProto) -> int | None:
+    """dims x itemsize: the bytes the tensor's data takes (None for strings, 4-bit types, unknown
+    types and negative dims, whose size is not that product)."""
+    if t.data_type == onnx.TensorProto.STRING or t.data_type in _FOUR_BIT or any(d < 0 for d in t.dims):
+        return None
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return None
+    return elements(t) * itemsize
+
+
 def estimated_size(model: onnx.ModelProto) -> int:
     """The serialized size, dominated by the weights, without serializing (upb's ByteSize() does)."""
-    total = 0
-    for t in model.graph.initializer:
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            continue
-        try:
-            itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-        except (KeyError, TypeError, ValueError):
-            itemsize = 8
-        total += max(elements(t), 0) * itemsize
-    return total + 256 * len(model.graph.node)
+    inline = (t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL)
+    return sum(tensor_bytes(t) or 8 * max(elements(t), 0) for t in inline) + 256 * len(model.graph.node)
 
 
 def weightless(model: onnx.ModelProto, external_stubs: bool = False) -> onnx.ModelProto:
@@ -411,10 +415,3 @@ def write_streamed(model: onnx.ModelProto, fh, replace=None) -> None:
         inner_len = len(_INITIALIZER_TAG) + len(_varint(len(body))) + len(body)
         fh.write(_GRAPH_TAG + _varint(inner_len) + _INITIALIZER_TAG + _varint(len(body)))
         fh.write(body)
-
-
-def check_output_path(inp: str | os.PathLike, out: str | os.PathLike) -> None:
-    """Fail before any work when the output cannot be written or would overwrite the input."""
-    from graphfix.paths import plan_fix
-
-    plan_fix(inp, out)

@@ -150,7 +150,9 @@ def external_data(path: str | os.PathLike) -> list[ExternalTensor]:
             offset, length = int(info.get("offset", 0) or 0), (int(info["length"]) if info.get("length") else None)
         except ValueError:
             raise GraphfixError(f"{where}: offset/length are not integers", str(p)) from None
-        expected = _expected_bytes(tensor)
+        from graphfix.model_io import tensor_bytes
+
+        expected = tensor_bytes(tensor)
         if length is not None and expected is not None and length != expected:
             raise GraphfixError(f"{where}: length {length} does not match the tensor's dims {list(tensor.dims)} "
                                 f"({expected} bytes)", str(p))
@@ -168,22 +170,6 @@ def external_data(path: str | os.PathLike) -> list[ExternalTensor]:
             raise GraphfixError(f"{where}: {file} is {st.st_size} bytes, the tensor needs bytes {offset}..{end}", str(p))
         found.append(ExternalTensor(name, location, file, offset, length if length is not None else st.st_size - offset))
     return found
-
-
-def _expected_bytes(tensor: onnx.TensorProto) -> int | None:
-    try:
-        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-    except (KeyError, TypeError, ValueError):
-        return None
-    if tensor.data_type == onnx.TensorProto.STRING or any(d < 0 for d in tensor.dims):
-        return None
-    count = 1
-    for d in tensor.dims:
-        count *= d
-    return count * itemsize if itemsize >= 1 and tensor.data_type not in _SUB_BYTE else None
-
-
-_SUB_BYTE = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(onnx.TensorProto, n)}
 
 
 def _mentions_location(p: Path) -> bool:

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import onnx
 
 from graphfix.errors import GraphfixError
-from graphfix.model_io import first_line
 
 #: Values tried for every free symbol, in order (multiples of 2, 3 and 7 for cells and windows).
 LADDER = (1, 2, 3, 4, 6, 8, 12, 14, 16, 24, 28, 32, 48, 56, 64)
@@ -125,7 +124,7 @@ def choose(model: onnx.ModelProto, given: list[Shapes], runs, where: str | None 
                 break
             found.pop()
         elif not found:
-            errors.append(f"{_describe(full)}: {error}")
+            errors.append(f"{describe(full)}: {error}")
     if not found:
         listing = "; ".join(errors[:4])
         raise GraphfixError(
@@ -134,16 +133,8 @@ def choose(model: onnx.ModelProto, given: list[Shapes], runs, where: str | None 
     picked = [s for _, s in found[:2]]
     values = ", ".join(str(v) for v, _ in found[:2])
     return Choice(picked, f"dynamic dims found by trying candidate sizes (free symbols = {values}): "
-                          f"{' and '.join(_describe(s) for s in picked)}", tried)
-
-
-def _describe(shapes: Shapes) -> str:
-    return ",".join(f"{k}:{'x'.join(map(str, v))}" for k, v in shapes.items())
+                          f"{' and '.join(describe(s) for s in picked)}", tried)
 
 
 def describe(shapes: Shapes) -> str:
-    return _describe(shapes)
-
-
-def error_text(exc: BaseException) -> str:
-    return first_line(exc)
+    return ",".join(f"{k}:{'x'.join(map(str, v))}" for k, v in shapes.items())
