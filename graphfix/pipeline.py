@@ -144,11 +144,12 @@ def op_counts(graph: gs.Graph) -> Counter:
 
 
 def _run_passes(graph: gs.Graph, chosen: list[Pass], settings: Settings, log: EditLog, report: Report,
-                after_pass=None, counts: Counter | None = None) -> None:
+                step, after_pass=None) -> None:
     trt = _trt_version(settings.trt)
     signature = _signature(graph)
-    counts = counts if counts is not None else op_counts(graph)
+    counts = op_counts(graph)
     for p in chosen:
+        step(f"pass {p.name}")
         t0 = time.perf_counter()
         record = PassRecord(p.name, UNCHANGED)
         report.passes.append(record)
@@ -217,10 +218,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         log = EditLog()
         if settings.verify and settings.verify_each:
             return _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step)
-        counts = op_counts(graph)
-        for p in chosen:
-            step(f"pass {p.name}")
-            _run_passes(graph, [p], settings, log, report, counts=counts)
+        _run_passes(graph, chosen, settings, log, report, step)
         baseline = final_results = None
         if settings.verify:
             step("verifying rewrites on onnxruntime")
@@ -384,10 +382,7 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
             record.verdict = KEPT
             state["results"] = results
 
-    counts = op_counts(graph)
-    for p in chosen:
-        step(f"pass {p.name}")
-        _run_passes(graph, [p], settings, log, report, after_pass=check, counts=counts)
+    _run_passes(graph, chosen, settings, log, report, step, after_pass=check)
     fixed = to_model(graph, model) if any(not e.undone for e in log.edits) else model
     report.sessions = counter.count
     if settings.trt is not None:
