@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
@@ -70,7 +71,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:  # the process is ours: a late signal must not turn this exit code into a kill
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, signal.SIG_IGN)
+        _hard_exit(code)
     return code
+
+
+def _hard_exit(code: int) -> None:
+    """End the ``graphfix`` process without tearing down its heap: every file is written and
+    renamed by now, and freeing a 100k-node graph object by object took 1.4 s of a 13 s run
+    (bench/scale.py). Output streams are flushed first; mypy ends its runs the same way."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _exit(exc: BaseException, verbose: bool) -> int:

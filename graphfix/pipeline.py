@@ -40,9 +40,6 @@ from graphfix.passes.base import Context, Pass
 from graphfix.report import ERROR, KEPT, ROLLED_BACK, UNCHANGED, UNVERIFIED, PassRecord, Report
 from graphfix.trt.versions import TrtVersion
 
-#: After a run on a graph this big, collect its reference cycles at once (they hold the weights).
-_COLLECT_ABOVE = 20_000
-
 
 class StrictFailure(GraphfixError):
     """--strict: a rewrite would have been rolled back (exit 1, nothing written)."""
@@ -233,10 +230,8 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         step("exporting the fixed model")
         fixed = to_model(graph, model) if log.edits else model
     finally:
-        gc.unfreeze()
-        if len(graph.nodes) > _COLLECT_ABOVE:
-            del graph  # its tensors reference the input's weights: collect the cycles now, not at exit
-            gc.collect()
+        gc.unfreeze()  # the graph's cycles go with the next automatic collection: forcing one here
+        # cost 0.6 s on a 100k-node export and lowered no peak (measured: bench/scale.py)
     report.sessions = counter.count
     if settings.trt is not None:
         report.trt = _trt_summary(model, fixed, settings.trt)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import heapq
-from collections.abc import Iterator
 
-import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphfix.graph.edits import live_nodes, outer_reads
+from graphfix.graph.importer import all_graphs, import_typed
 from graphfix.model_io import copy_fields, default_opset, weightless
 
 
@@ -22,15 +20,6 @@ def infer(model: onnx.ModelProto) -> onnx.ModelProto:
         return onnx.shape_inference.infer_shapes(work, data_prop=True)
     except Exception:  # noqa: BLE001 - custom ops or malformed: rewrite with what we know
         return work
-
-
-def _value_infos(graph: onnx.GraphProto, out: dict[str, onnx.ValueInfoProto]) -> None:
-    for vi in (*graph.value_info, *graph.output):
-        out.setdefault(vi.name, vi)
-    for n in graph.node:
-        for a in n.attribute:
-            for sub in [a.g] if a.HasField("g") else list(a.graphs):
-                _value_infos(sub, out)
 
 
 def _prune_and_sort(g: gs.Graph) -> None:
@@ -66,44 +55,8 @@ def _prune_and_sort(g: gs.Graph) -> None:
     g.nodes = [nodes[k] for k in order]
 
 
-@functools.cache
-def _np_dtype(elem_type: int) -> np.dtype | None:
-    try:
-        return onnx.helper.tensor_dtype_to_np_dtype(elem_type)
-    except (KeyError, ValueError, TypeError):
-        return None  # no numpy name: keep what the import found
-
-
-def _apply_types(graph: gs.Graph, inferred: onnx.ModelProto) -> None:
-    """Give the imported tensors the dtypes and shapes inference found."""
-    infos: dict[str, onnx.ValueInfoProto] = {}
-    _value_infos(inferred.graph, infos)
-    for g in all_graphs(graph):
-        for name, t in g.tensors().items():
-            vi = infos.get(name)
-            if vi is None or not isinstance(t, gs.Variable) or not vi.type.HasField("tensor_type"):
-                continue
-            tt = vi.type.tensor_type
-            dtype = _np_dtype(tt.elem_type) if tt.elem_type else None
-            if dtype is not None:
-                t.dtype = dtype
-            if tt.HasField("shape"):
-                t.shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
-
-
-def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
-    """The graph, then every subgraph (If branches, Loop/Scan bodies), depth first."""
-    yield graph
-    for node in graph.nodes:
-        for value in node.attrs.values():
-            for sub in value if isinstance(value, list) else [value]:
-                if isinstance(sub, gs.Graph):
-                    yield from all_graphs(sub)
-
-
 def to_graph(model: onnx.ModelProto) -> gs.Graph:
-    graph = gs.import_onnx(model)
-    _apply_types(graph, infer(model))
+    graph = import_typed(model, infer(model))
     graph.opset = default_opset(model)
     # What each imported node looked like, and its proto: export reuses the proto of every node
     # no pass touched (onnx-graphsurgeon re-creates all of them, most of an export's time).

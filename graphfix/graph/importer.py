@@ -1,0 +1,226 @@
+"""ONNX -> onnx-graphsurgeon import in one linear walk, typed from shape inference as it goes.
+
+Why: on a 100k-node export, ``gs.import_onnx`` followed by a second walk applying the inferred
+types was a third of ``graphfix --no-verify`` (issue 8: at most 4x ``onnx.load`` + ``onnx.save``).
+Most of that is onnx-graphsurgeon's per-object bookkeeping: a closure per attribute, a log call
+per tensor, ``SynchronizedList.extend`` re-walking every list it was just given.
+
+:func:`import_typed` builds exactly the objects ``gs.import_onnx`` builds (``Variable``,
+``Constant`` over ``LazyValues``, ``Node`` with synchronized input/output lists, the same
+``Graph``) and gives each tensor the dtype and shape inference found. Graphs it does not cover
+(subgraphs, functions, sparse initializers, attribute references or attribute types
+onnx-graphsurgeon skips) take onnx-graphsurgeon's importer and then the typing walk, as before.
+``tests/test_importer.py`` compares both importers on every fixture.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.importers import onnx_importer as gsi
+from onnx_graphsurgeon.ir.tensor import LazyValues
+from onnx_graphsurgeon.util.misc import SynchronizedList
+
+_A = onnx.AttributeProto
+_EXTERNAL = onnx.TensorProto.EXTERNAL
+
+
+class _NotCovered(Exception):
+    """The graph needs onnx-graphsurgeon's own importer."""
+
+
+def import_typed(model: onnx.ModelProto, inferred: onnx.ModelProto) -> gs.Graph:
+    """The model as an onnx-graphsurgeon graph, tensors typed from ``inferred`` (the model after
+    shape inference)."""
+    infos = value_infos(inferred)
+    if not model.functions and not model.graph.sparse_initializer:
+        try:
+            return _Import(model, infos).graph()
+        except _NotCovered:
+            pass
+    return gs_import(model, infos)
+
+
+def gs_import(model: onnx.ModelProto, infos: dict[str, onnx.ValueInfoProto]) -> gs.Graph:
+    """onnx-graphsurgeon's importer, then the inferred types: any graph, a walk more."""
+    graph = gs.import_onnx(model)
+    for g in all_graphs(graph):
+        for name, t in g.tensors().items():
+            vi = infos.get(name)
+            if vi is not None and isinstance(t, gs.Variable):
+                _retype(t, vi)
+    return graph
+
+
+def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
+    """The graph, then every subgraph (If branches, Loop/Scan bodies), depth first."""
+    yield graph
+    for node in graph.nodes:
+        for value in node.attrs.values():
+            for sub in value if isinstance(value, list) else [value]:
+                if isinstance(sub, gs.Graph):
+                    yield from all_graphs(sub)
+
+
+def value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    """Every value_info and output of the graph and its subgraphs, by name (the first wins)."""
+    out: dict[str, onnx.ValueInfoProto] = {}
+    _value_infos(model.graph, out)
+    return out
+
+
+def _value_infos(graph: onnx.GraphProto, out: dict[str, onnx.ValueInfoProto]) -> None:
+    for vi in (*graph.value_info, *graph.output):
+        out.setdefault(vi.name, vi)
+    for n in graph.node:
+        for a in n.attribute:
+            for sub in [a.g] if a.HasField("g") else list(a.graphs):
+                _value_infos(sub, out)
+
+
+@functools.cache
+def _np_dtype(elem_type: int) -> np.dtype | None:
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+    except (KeyError, ValueError, TypeError):
+        return None  # no numpy name: keep what the import found
+
+
+def _retype(t: gs.Variable, vi: onnx.ValueInfoProto) -> None:
+    """What inference found about a tensor, over what the import had."""
+    if not vi.type.HasField("tensor_type"):
+        return
+    tt = vi.type.tensor_type
+    dtype = _np_dtype(tt.elem_type) if tt.elem_type else None
+    d = t.__dict__  # plain attributes (Tensor.__setattr__ only special-cases inputs/outputs)
+    if dtype is not None:
+        d["dtype"] = dtype
+    if tt.HasField("shape"):
+        d["shape"] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+
+
+def _synced(owner: object, field: str) -> SynchronizedList:
+    """An empty SynchronizedList without its constructor's extend()."""
+    s = list.__new__(SynchronizedList)
+    s.parent_obj, s.field_name = owner, field
+    return s
+
+
+def _variable(name: str) -> gs.Variable:
+    v = object.__new__(gs.Variable)
+    d = v.__dict__
+    d["name"], d["inputs"], d["outputs"] = name, _synced(v, "outputs"), _synced(v, "inputs")
+    d["dtype"], d["shape"], d["type"] = None, None, "tensor_type"
+    return v
+
+
+@functools.cache
+def _constant_dtype(data_type: int) -> tuple[object, int]:
+    """(gs dtype, item size) of an initializer type, as onnx-graphsurgeon computes them."""
+    try:
+        dtype = gsi.get_numpy_type(data_type)
+        dtype = data_type if dtype is None else dtype
+        itemsize = gsi.get_itemsize(dtype)
+    except Exception as exc:  # noqa: BLE001 - its critical() raises for types it cannot size
+        raise _NotCovered from exc
+    if itemsize is None:
+        raise _NotCovered
+    return dtype, itemsize
+
+
+def _constant(t: onnx.TensorProto) -> gs.Constant:
+    dtype, itemsize = _constant_dtype(t.data_type)
+    lazy = object.__new__(LazyValues)
+    count = 1
+    for d in t.dims:
+        count *= d
+    lazy.tensor, lazy.shape, lazy.dtype, lazy.nbytes = t, t.dims, dtype, count * itemsize
+    c = object.__new__(gs.Constant)
+    d = c.__dict__
+    d["name"], d["inputs"], d["outputs"] = t.name, _synced(c, "outputs"), _synced(c, "inputs")
+    d["_values"] = lazy
+    d["data_location"] = int(t.data_location) if t.HasField("data_location") else None
+    d["_export_dtype"] = None
+    return c
+
+
+#: Attribute values by type, as onnx-graphsurgeon converts them (graph-valued ones are not covered).
+_ATTRS = {
+    _A.FLOAT: lambda a: a.f,
+    _A.INT: lambda a: a.i,
+    _A.STRING: lambda a: a.s.decode(),
+    _A.TENSOR: lambda a: _constant(a.t),
+    _A.FLOATS: lambda a: list(a.floats),
+    _A.INTS: lambda a: list(a.ints),
+    _A.STRINGS: lambda a: [s.decode() for s in a.strings],
+}
+
+
+class _Import:
+    def __init__(self, model: onnx.ModelProto, infos: dict[str, onnx.ValueInfoProto]) -> None:
+        self.model, self.infos = model, infos
+        self.tensors: dict[str, gs.Tensor] = {}
+
+    def graph(self) -> gs.Graph:
+        m, g = self.model, self.model.graph
+        tensors = self.tensors
+        for t in g.initializer:
+            tensors.setdefault(t.name, _constant(t))
+        for vi in g.value_info:  # as onnx-graphsurgeon: the first one found, merged with repeats
+            imported = gsi.OnnxImporter.import_tensor(vi)
+            known = tensors.get(vi.name)
+            if known is None:
+                tensors[vi.name] = imported
+            elif isinstance(known, gs.Variable):
+                known.dtype, known.shape = known.dtype or imported.dtype, known.shape or imported.shape
+        weights = {t.name for t in g.initializer}
+        inputs = [self._declared(vi) for vi in g.input if vi.name not in weights]
+        outputs = [self._declared(vi) for vi in g.output]
+        nodes = [self._node(n) for n in g.node]
+        for name, t in tensors.items():
+            vi = self.infos.get(name)
+            if vi is not None and isinstance(t, gs.Variable):
+                _retype(t, vi)
+        return gs.Graph(nodes=nodes, inputs=inputs, outputs=outputs, name=g.name, doc_string=g.doc_string,
+                        producer_name=m.producer_name, producer_version=m.producer_version,
+                        opset=gsi.OnnxImporter.get_opset(m), import_domains=m.opset_import, functions=[],
+                        ir_version=m.ir_version)
+
+    def _declared(self, vi: onnx.ValueInfoProto) -> gs.Tensor:
+        known = self.tensors.get(vi.name)
+        if known is None:
+            known = self.tensors[vi.name] = gsi.OnnxImporter.import_tensor(vi)
+        return known
+
+    def _tensor(self, name: str) -> gs.Tensor:
+        t = self.tensors.get(name)
+        if t is None:
+            if not name:
+                return _variable("")  # an omitted optional input/output: never shared
+            t = self.tensors[name] = _variable(name)
+        return t
+
+    def _node(self, p: onnx.NodeProto) -> gs.Node:
+        attrs = {}
+        for a in p.attribute:
+            convert = _ATTRS.get(a.type)
+            if convert is None or a.ref_attr_name:
+                raise _NotCovered
+            attrs[a.name] = convert(a)
+        node = object.__new__(gs.Node)
+        d = node.__dict__
+        d["op"], d["name"], d["attrs"] = p.op_type, p.name, attrs
+        ins, outs = [self._tensor(i) for i in p.input], [self._tensor(o) for o in p.output]
+        d["inputs"], d["outputs"] = _synced(node, "outputs"), _synced(node, "inputs")
+        list.extend(d["inputs"], ins)
+        list.extend(d["outputs"], outs)
+        for t in ins:
+            list.append(t.outputs, node)
+        for t in outs:
+            list.append(t.inputs, node)
+        d["domain"] = p.domain if p.HasField("domain") else None
+        return node
