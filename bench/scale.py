@@ -3,7 +3,8 @@
 Builds a MatMul -> computed-bound Clip chain (the pattern fold-clip rewrites; Constant->Cast
 bounds as exports without constant folding write them), ``blocks`` blocks of 4 nodes with a
 ``dim x dim`` fp32 weight each, and measures wall time and peak RSS of each tool in its own
-process (each child reports its own peak; best of two runs for time).
+process (the ``graphfix`` command as users run it; each measured under its own parent, which
+reports its one child's peak; best of two runs for time).
 
     python bench/scale.py --blocks 2500 25000 --dim 64      # 10k and 100k nodes, ~41 / 410 MB
 """
@@ -43,22 +44,30 @@ def chain(blocks: int, dim: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-_PEAK = "\nimport resource, sys\nprint('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)"
-
-
-def run(code: str, repeat: int = 2) -> tuple[float, float]:
-    """(best seconds, peak RSS in MB) of a child Python running ``code``; each child reports its
-    own peak (RUSAGE_CHILDREN would be the maximum over every child so far)."""
+def run(argv: list[str], repeat: int = 2) -> tuple[float, float]:
+    """(best seconds, peak RSS in MB) of the command ``argv``, each run under its own parent
+    process that reports the peak of its one child (RUSAGE_CHILDREN is a maximum over every
+    child a process ever waited for, so a shared parent would mix the tools' peaks)."""
+    reporter = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
+                "print('PEAK', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)")
     best, peak = float("inf"), 0.0
     for _ in range(repeat):
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", f"try:\n    {code}\nfinally:{_PEAK.replace(chr(10), chr(10) + '    ')}"],
-                              cwd=ROOT, capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-c", reporter, *argv], cwd=ROOT, capture_output=True, text=True)
         best = min(best, time.perf_counter() - start)
         if proc.returncode != 0:
             raise SystemExit(proc.stderr[-2000:])
         peak = max(peak, float(proc.stderr.split("PEAK")[-1].split()[0]) / 1024)
     return best, peak
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def graphfix(*args: str) -> list[str]:
+    """The installed ``graphfix`` command: what users run, process exit included."""
+    return [str(Path(sys.executable).with_name("graphfix")), *args]
 
 
 def main(argv: list[str]) -> int:
@@ -73,11 +82,11 @@ def main(argv: list[str]) -> int:
         for blocks in args.blocks:
             src, dst = Path(d, "in.onnx"), Path(d, "out.onnx")
             # built in a child: a fork inherits this process's peak RSS, which would skew the others
-            run(f"import sys; sys.path.insert(0, 'bench'); import onnx, scale; onnx.save(scale.chain({blocks}, {args.dim}), {str(src)!r})", 1)
+            run(python(f"import sys; sys.path.insert(0, 'bench'); import onnx, scale; onnx.save(scale.chain({blocks}, {args.dim}), {str(src)!r})"), 1)
             mb = src.stat().st_size / 2**20
             # each measurement in a fresh child so peaks do not mix (RUSAGE_CHILDREN is a max over children)
-            t_ls, p_ls = run(f"import onnx; m = onnx.load({str(src)!r}); onnx.save(m, {str(dst)!r})")
-            t_gf, p_gf = run(f"from graphfix.cli import main; main([{str(src)!r}, {str(dst)!r}, '--no-verify', '--quiet'])")
+            t_ls, p_ls = run(python(f"import onnx; m = onnx.load({str(src)!r}); onnx.save(m, {str(dst)!r})"))
+            t_gf, p_gf = run(graphfix(str(src), str(dst), "--no-verify", "--quiet"))
             times[blocks] = t_gf
             print(f"| {4 * blocks} | {mb:.0f} | {t_ls:.2f} | {t_gf:.2f} | {t_gf / t_ls:.1f}x | {p_ls:.0f} | {p_gf:.0f} | {p_gf / p_ls:.2f}x |",
                   flush=True)

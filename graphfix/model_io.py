@@ -66,12 +66,9 @@ def check_graph(model: onnx.ModelProto, where: str) -> None:
     newest = onnx.defs.onnx_opset_version()
     if not MIN_OPSET <= opset <= newest:
         raise GraphfixError(f"unsupported opset {opset} (graphfix handles {MIN_OPSET}..{newest})", where)
-    problem = structural_problem(model.graph)
-    if problem:
-        raise GraphfixError(f"invalid graph: {problem}", where)
     problem = checker_problem(model)
-    if problem:
-        raise GraphfixError(f"invalid graph: {problem}", where)
+    if problem:  # a dangling input or a cycle is named better than the checker's "not sorted"
+        raise GraphfixError(f"invalid graph: {structural_problem(model.graph) or problem}", where)
 
 
 #: Initializers with more elements than this are left out of shape inference and the checker
@@ -165,45 +162,11 @@ def _check_domains(model: onnx.ModelProto, where: str) -> None:
         raise GraphfixError(f"imports no standard ONNX opset ({only}); graphfix rewrites standard ONNX operators", where)
     from graphfix.paths import MAX_MODEL_BYTES
 
-    problem = _negative_dim(model.graph) or _tensor_size_problem(model.graph) or _undecodable_name(model.graph)
-    if problem:  # onnx's shape inference aborts the process on negative dims (std::clamp assertion)
+    problem = _graph_problem(model.graph)
+    if problem:
         raise GraphfixError(f"invalid graph: {problem}", where)
     if estimated_size(model) > MAX_MODEL_BYTES:
         raise GraphfixError("model is larger than protobuf's 2 GiB limit; graphfix handles models up to 2 GiB for now", where)
-
-
-def _undecodable_name(graph: onnx.GraphProto) -> str | None:
-    """A node/tensor name protobuf could not decode as UTF-8 (it hands back bytes): a corrupt file."""
-    for n in graph.node:
-        for text in (n.name, n.op_type, n.domain, *n.input, *n.output):
-            if not isinstance(text, str):
-                return f"a node name or tensor name is not valid UTF-8 ({text[:40]!r})"
-        for a in n.attribute:
-            for g in [a.g] if a.HasField("g") else list(a.graphs):
-                found = _undecodable_name(g)
-                if found:
-                    return found
-    for vi in (*graph.input, *graph.output, *graph.value_info, *graph.initializer):
-        if not isinstance(vi.name, str):
-            return f"a tensor name is not valid UTF-8 ({vi.name[:40]!r})"
-    return None
-
-
-def _negative_dim(graph: onnx.GraphProto) -> str | None:
-    """A declared dimension below 0 (invalid ONNX), in this graph or a subgraph."""
-    for kind, infos in (("input", graph.input), ("output", graph.output), ("value", graph.value_info)):
-        for vi in infos:
-            if vi.type.HasField("tensor_type"):
-                dims = [d.dim_value for d in vi.type.tensor_type.shape.dim if d.dim_value < 0]
-                if dims:
-                    return f"{kind} '{vi.name}' declares dimension {dims[0]} (dimensions are >= 0)"
-    for n in graph.node:
-        for a in n.attribute:
-            for g in [a.g] if a.HasField("g") else list(a.graphs):
-                found = _negative_dim(g)
-                if found:
-                    return found
-    return None
 
 
 _T = onnx.TensorProto
@@ -220,38 +183,62 @@ _FOUR_BIT = {getattr(_T, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(
 _SIZE_CHECK_LIMIT = 1 << 20
 
 
-def _tensor_size_problem(graph: onnx.GraphProto) -> str | None:
-    """Initializers and Constant values whose data does not hold prod(dims) elements (a corrupt
-    file: numpy's reshape would fail deep inside a pass)."""
+def _graph_problem(graph: onnx.GraphProto) -> str | None:
+    """One walk over the graph and its subgraphs for what would break graphfix later: a name
+    protobuf could not decode as UTF-8 (it hands back bytes; a corrupt file), a declared dimension
+    below 0 (onnx's shape inference aborts the process on those), an initializer or Constant value
+    whose data does not hold prod(dims) elements (numpy's reshape would fail inside a pass)."""
+    for kind, infos in (("input", graph.input), ("output", graph.output), ("value", graph.value_info)):
+        for vi in infos:
+            if not isinstance(vi.name, str):
+                return f"a tensor name is not valid UTF-8 ({vi.name[:40]!r})"
+            if vi.type.HasField("tensor_type"):
+                dims = [d.dim_value for d in vi.type.tensor_type.shape.dim if d.dim_value < 0]
+                if dims:
+                    return f"{kind} '{vi.name}' declares dimension {dims[0]} (dimensions are >= 0)"
     tensors = list(graph.initializer)
     for n in graph.node:
+        try:
+            "".join((n.name, n.op_type, n.domain, *n.input, *n.output))
+        except TypeError:
+            bad = next(t for t in (n.name, n.op_type, n.domain, *n.input, *n.output) if not isinstance(t, str))
+            return f"a node name or tensor name is not valid UTF-8 ({bad[:40]!r})"
         for a in n.attribute:
             if a.HasField("t"):
                 tensors.append(a.t)
             tensors.extend(a.tensors)
             for g in [a.g] if a.HasField("g") else list(a.graphs):
-                found = _tensor_size_problem(g)
+                found = _graph_problem(g)
                 if found:
                     return found
     for t in tensors:
-        if t.data_location == _T.EXTERNAL or any(d < 0 for d in t.dims):
-            continue  # external sizes are checked against the file; negative dims by onnx.checker
-        count = elements(t)
-        if count > _SIZE_CHECK_LIMIT:
-            continue  # reading raw_data copies it; passes never read tensors this big (fold limit)
-        if t.data_type in _FOUR_BIT:
-            want, have = ((count + 1) // 2, len(t.raw_data)) if t.HasField("raw_data") else ((count + 1) // 2, len(t.int32_data))
-        elif t.HasField("raw_data"):
-            try:
-                itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-            except (KeyError, TypeError, ValueError):
-                continue  # an unknown type is onnx.checker's to report
-            want, have = count * itemsize, len(t.raw_data)
-        else:
-            field, per = _FIELDS.get(t.data_type, ("int32_data", 1))
-            want, have = count * per, len(getattr(t, field))
-        if want != have:
-            return f"tensor '{t.name}' has dims {list(t.dims)} ({count} element(s)) but holds data for a different count"
+        if not isinstance(t.name, str):
+            return f"a tensor name is not valid UTF-8 ({t.name[:40]!r})"
+        found = _size_problem(t)
+        if found:
+            return found
+    return None
+
+
+def _size_problem(t: onnx.TensorProto) -> str | None:
+    if t.data_location == _T.EXTERNAL or any(d < 0 for d in t.dims):
+        return None  # external sizes are checked against the file; negative dims by onnx.checker
+    count = elements(t)
+    if count > _SIZE_CHECK_LIMIT:
+        return None  # reading raw_data copies it; passes never read tensors this big (fold limit)
+    if t.data_type in _FOUR_BIT:
+        want, have = ((count + 1) // 2, len(t.raw_data)) if t.HasField("raw_data") else ((count + 1) // 2, len(t.int32_data))
+    elif t.HasField("raw_data"):
+        try:
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        except (KeyError, TypeError, ValueError):
+            return None  # an unknown type is onnx.checker's to report
+        want, have = count * itemsize, len(t.raw_data)
+    else:
+        field, per = _FIELDS.get(t.data_type, ("int32_data", 1))
+        want, have = count * per, len(getattr(t, field))
+    if want != have:
+        return f"tensor '{t.name}' has dims {list(t.dims)} ({count} element(s)) but holds data for a different count"
     return None
 
 

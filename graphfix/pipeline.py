@@ -127,8 +127,10 @@ def _ensure(p: Pass, graph: gs.Graph, trt: TrtVersion | None, force: bool, skipp
     for g in all_graphs(graph):
         g.opset = graph.opset
         ctx = Context(g, Builder(g, "ensure"), Folder(g), None if force else trt, force)
-        live = live_nodes(g)
-        left = [n for n in g.nodes if n.op in p.ops and id(n) in live and (n.name or n.op) not in skipped and p.match(n, ctx)]
+        left = [n for n in g.nodes if n.op in p.ops and (n.name or n.op) not in skipped and p.match(n, ctx)]
+        if left:  # replaced nodes stay in g.nodes until export: only live ones count
+            live = live_nodes(g)
+            left = [n for n in left if id(n) in live]
         if left:
             return f"{len(left)} node(s) it matches are left unreported, e.g. {left[0].op} '{left[0].name}'"
     return ""

@@ -33,8 +33,14 @@ class Builder:
         if shared["taken"] is None:
             from graphfix.graph.convert import all_graphs
 
-            graphs = list(all_graphs(shared.get("root", self.graph)))
-            shared["taken"] = {name for g in graphs for name in g.tensors()} | {n.name for g in graphs for n in g.nodes}
+            taken: set[str] = set()
+            for g in all_graphs(shared.get("root", self.graph)):  # g.tensors() would check every name twice
+                taken.update(t.name for t in (*g.inputs, *g.outputs))
+                for n in g.nodes:
+                    taken.add(n.name)
+                    taken.update(t.name for t in n.inputs)
+                    taken.update(t.name for t in n.outputs)
+            shared["taken"] = taken
         while True:
             candidate = f"{self.prefix}/gf.{hint}_{shared['n']}"
             shared["n"] += 1
