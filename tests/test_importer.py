@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphfix.graph.convert import infer
-from graphfix.graph.importer import _Import, _NotCovered, gs_import, import_typed, value_infos
+from graphfix.graph.importer import _Import, _NotCovered, fingerprint, gs_import, import_typed, value_infos
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "fixtures").rglob("*.onnx"))
@@ -64,6 +64,17 @@ def test_same_graph_as_onnx_graphsurgeon_on_every_fixture(path):
     assert fast == reference
 
 
+@pytest.mark.parametrize("path", FIXTURES[::8], ids=lambda p: str(p.relative_to(ROOT / "fixtures")))
+def test_fingerprints_recorded_at_import_match_the_nodes(path):
+    """Otherwise the export would rebuild every node instead of reusing its proto."""
+    model = onnx.load(str(path))
+    graph, sources = import_typed(model, infer(model))
+    assert len(sources) == len(graph.nodes) == len(model.graph.node)
+    for n, p in zip(graph.nodes, model.graph.node, strict=True):
+        assert sources[id(n)][0] is p or sources[id(n)][0] == p
+        assert sources[id(n)][1] == fingerprint(n)
+
+
 def _edge_model() -> onnx.ModelProto:
     """Declared types the inference overrides, a repeated value_info, an omitted optional input,
     an initializer listed as input (IR 3), string/tensor/list attributes, bf16 and a custom domain."""
@@ -91,8 +102,11 @@ def _edge_model() -> onnx.ModelProto:
 
 
 def test_same_graph_on_edge_cases():
-    fast, reference = both(_edge_model())
+    model = _edge_model()
+    fast, reference = both(model)
     assert fast == reference
+    graph, sources = import_typed(model, infer(model))
+    assert [sources[id(n)][1] for n in graph.nodes] == [fingerprint(n) for n in graph.nodes]
 
 
 def test_subgraphs_go_through_onnx_graphsurgeon():
@@ -106,4 +120,4 @@ def test_subgraphs_go_through_onnx_graphsurgeon():
     infos = value_infos(infer(model))
     with pytest.raises(_NotCovered):
         _Import(model, infos).graph()
-    assert describe(import_typed(model, infer(model))) == describe(gs_import(model, infos))
+    assert describe(import_typed(model, infer(model))[0]) == describe(gs_import(model, infos))

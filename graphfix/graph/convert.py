@@ -9,7 +9,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphfix.graph.edits import live_nodes, outer_reads
-from graphfix.graph.importer import all_graphs, import_typed
+from graphfix.graph.importer import all_graphs, fingerprint, import_typed
 from graphfix.model_io import copy_fields, default_opset, weightless
 
 
@@ -56,17 +56,12 @@ def _prune_and_sort(g: gs.Graph) -> None:
 
 
 def to_graph(model: onnx.ModelProto) -> gs.Graph:
-    graph = import_typed(model, infer(model))
+    graph, sources = import_typed(model, infer(model))
     graph.opset = default_opset(model)
     # What each imported node looked like, and its proto: export reuses the proto of every node
     # no pass touched (onnx-graphsurgeon re-creates all of them, most of an export's time).
-    graph.gf_source = (model, {id(n): (p, _fingerprint(n)) for n, p in zip(graph.nodes, model.graph.node, strict=False)})
+    graph.gf_source = (model, sources)
     return graph
-
-
-def _fingerprint(n: gs.Node) -> tuple:
-    return (n.op, n.domain, tuple(t.name for t in n.inputs), tuple(t.name for t in n.outputs),
-            tuple((k, id(v)) for k, v in n.attrs.items()))
 
 
 def to_model(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto:
@@ -113,7 +108,7 @@ def _export_reusing(graph: gs.Graph, template: onnx.ModelProto, protos: dict[int
     written: set[str] = set()
     for n in graph.nodes:
         known = protos.get(id(n))
-        if known is not None and known[1] == _fingerprint(n) and not any(True for _ in n.subgraphs()):
+        if known is not None and not known[2] and known[1] == fingerprint(n):
             g.node.append(known[0])
         else:
             g.node.append(OnnxExporter.export_node(n))

@@ -83,23 +83,31 @@ def live_nodes(graph: gs.Graph) -> set[int]:
             if id(producer) in live:
                 continue
             live.add(id(producer))
-            stack.extend(i for i in producer.inputs if i.name)
-            for value in producer.attrs.values():
-                for sub in value if isinstance(value, list) else [value]:
-                    if isinstance(sub, gs.Graph):
-                        stack.extend(outer_reads(sub))
+            stack.extend([i for i in producer.inputs if i.name])
+            if producer.attrs:
+                for sub in _bodies(producer):
+                    stack.extend(outer_reads(sub))
     return live
+
+
+def _bodies(node: gs.Node) -> list[gs.Graph]:
+    """The If/Loop/Scan bodies among the node's attributes."""
+    found = []
+    for value in node.attrs.values():
+        if isinstance(value, gs.Graph):
+            found.append(value)
+        elif isinstance(value, list):
+            found.extend(v for v in value if isinstance(v, gs.Graph))
+    return found
 
 
 def outer_reads(graph: gs.Graph) -> list[gs.Tensor]:
     """Tensors the nodes of a body (and its nested bodies) read."""
     reads: list[gs.Tensor] = []
     for node in graph.nodes:
-        reads.extend(i for i in node.inputs if i.name)
-        for value in node.attrs.values():
-            for sub in value if isinstance(value, list) else [value]:
-                if isinstance(sub, gs.Graph):
-                    reads.extend(outer_reads(sub))
+        reads.extend([i for i in node.inputs if i.name])
+        for sub in _bodies(node):
+            reads.extend(outer_reads(sub))
     return reads
 
 

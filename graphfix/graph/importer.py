@@ -33,16 +33,30 @@ class _NotCovered(Exception):
     """The graph needs onnx-graphsurgeon's own importer."""
 
 
-def import_typed(model: onnx.ModelProto, inferred: onnx.ModelProto) -> gs.Graph:
+#: id(node) -> (its NodeProto, its fingerprint at import, whether it has bodies): the export
+#: reuses the proto of every node whose fingerprint still matches.
+Sources = dict[int, tuple[onnx.NodeProto, tuple, bool]]
+
+
+def import_typed(model: onnx.ModelProto, inferred: onnx.ModelProto) -> tuple[gs.Graph, Sources]:
     """The model as an onnx-graphsurgeon graph, tensors typed from ``inferred`` (the model after
-    shape inference)."""
+    shape inference), and where each node came from."""
     infos = value_infos(inferred)
     if not model.functions and not model.graph.sparse_initializer:
         try:
-            return _Import(model, infos).graph()
+            fast = _Import(model, infos)
+            return fast.graph(), fast.sources
         except _NotCovered:
             pass
-    return gs_import(model, infos)
+    graph = gs_import(model, infos)
+    return graph, {id(n): (p, fingerprint(n), any(True for _ in n.subgraphs()))
+                   for n, p in zip(graph.nodes, model.graph.node, strict=False)}
+
+
+def fingerprint(n: gs.Node) -> tuple:
+    """What a node is made of: a pass that edits it changes this."""
+    return (n.op, n.domain, tuple([t.name for t in n.inputs]), tuple([t.name for t in n.outputs]),
+            tuple([(k, id(v)) for k, v in n.attrs.items()]))
 
 
 def gs_import(model: onnx.ModelProto, infos: dict[str, onnx.ValueInfoProto]) -> gs.Graph:
@@ -60,10 +74,14 @@ def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
     """The graph, then every subgraph (If branches, Loop/Scan bodies), depth first."""
     yield graph
     for node in graph.nodes:
-        for value in node.attrs.values():
-            for sub in value if isinstance(value, list) else [value]:
-                if isinstance(sub, gs.Graph):
-                    yield from all_graphs(sub)
+        if node.attrs:
+            for value in node.attrs.values():
+                if isinstance(value, gs.Graph):
+                    yield from all_graphs(value)
+                elif isinstance(value, list):
+                    for sub in value:
+                        if isinstance(sub, gs.Graph):
+                            yield from all_graphs(sub)
 
 
 def value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
@@ -164,6 +182,7 @@ class _Import:
     def __init__(self, model: onnx.ModelProto, infos: dict[str, onnx.ValueInfoProto]) -> None:
         self.model, self.infos = model, infos
         self.tensors: dict[str, gs.Tensor] = {}
+        self.sources: Sources = {}
 
     def graph(self) -> gs.Graph:
         m, g = self.model, self.model.graph
@@ -222,5 +241,7 @@ class _Import:
             list.append(t.outputs, node)
         for t in outs:
             list.append(t.inputs, node)
-        d["domain"] = p.domain if p.HasField("domain") else None
+        d["domain"] = domain = p.domain if p.HasField("domain") else None
+        self.sources[id(node)] = (p, (d["op"], domain, tuple(p.input), tuple(p.output),
+                                      tuple([(k, id(v)) for k, v in attrs.items()])), False)
         return node
