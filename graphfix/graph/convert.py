@@ -8,7 +8,7 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
-from graphfix.graph.edits import live_nodes, outer_reads
+from graphfix.graph.edits import bodies, live_nodes, outer_reads
 from graphfix.graph.importer import all_graphs, fingerprint, import_typed
 from graphfix.model_io import copy_fields, default_opset, weightless
 
@@ -28,6 +28,9 @@ def _prune_and_sort(g: gs.Graph) -> None:
     cleanup + toposort took most of an export's time on big graphs."""
     live = live_nodes(g)
     nodes = [n for n in g.nodes if id(n) in live]
+    if _in_order(nodes):  # what the sort below would return (it keeps an order that holds)
+        g.nodes = nodes
+        return
     index = {id(n): k for k, n in enumerate(nodes)}
     waiting = [0] * len(nodes)
     users: list[list[int]] = [[] for _ in nodes]
@@ -53,6 +56,20 @@ def _prune_and_sort(g: gs.Graph) -> None:
         g.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=False).toposort(recurse_subgraphs=False)
         return
     g.nodes = [nodes[k] for k in order]
+
+
+def _in_order(nodes: list[gs.Node]) -> bool:
+    """Every node after the producers of what it reads (bodies' reads are left to the sort)."""
+    done: set[int] = set()
+    for n in nodes:
+        for t in n.inputs:
+            for p in t.inputs:
+                if id(p) not in done:
+                    return False
+        if n.attrs and bodies(n):
+            return False
+        done.add(id(n))
+    return True
 
 
 def to_graph(model: onnx.ModelProto) -> gs.Graph:

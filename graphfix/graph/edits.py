@@ -85,12 +85,12 @@ def live_nodes(graph: gs.Graph) -> set[int]:
             live.add(id(producer))
             stack.extend([i for i in producer.inputs if i.name])
             if producer.attrs:
-                for sub in _bodies(producer):
+                for sub in bodies(producer):
                     stack.extend(outer_reads(sub))
     return live
 
 
-def _bodies(node: gs.Node) -> list[gs.Graph]:
+def bodies(node: gs.Node) -> list[gs.Graph]:
     """The If/Loop/Scan bodies among the node's attributes."""
     found = []
     for value in node.attrs.values():
@@ -106,7 +106,7 @@ def outer_reads(graph: gs.Graph) -> list[gs.Tensor]:
     reads: list[gs.Tensor] = []
     for node in graph.nodes:
         reads.extend([i for i in node.inputs if i.name])
-        for sub in _bodies(node):
+        for sub in bodies(node):
             reads.extend(outer_reads(sub))
     return reads
 
