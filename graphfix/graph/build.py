@@ -15,6 +15,25 @@ import onnx_graphsurgeon as gs
 TensorLike = gs.Tensor | np.ndarray | int | float | bool | Sequence[int] | Sequence[float]
 
 
+def _names(root: gs.Graph) -> set[str]:
+    """Every node and tensor name of ``root`` and its bodies, collected once per graph and kept on
+    it: the names builders hand out are added as they go. (Names made outside builders, such as
+    replace_tensor's ``__replaced``/``/gf.Identity``, never end in ``_<n>`` as builder names do.)"""
+    taken = getattr(root, "gf_names", None)
+    if taken is None:
+        from graphfix.graph.convert import all_graphs
+
+        taken = set()
+        for g in all_graphs(root):  # g.tensors() would check every name twice
+            taken.update(t.name for t in (*g.inputs, *g.outputs))
+            for n in g.nodes:
+                taken.add(n.name)
+                taken.update(t.name for t in n.inputs)
+                taken.update(t.name for t in n.outputs)
+        root.gf_names = taken
+    return taken
+
+
 class Builder:
     """Adds nodes to ``graph``; every helper returns the new output tensor(s)."""
 
@@ -31,16 +50,7 @@ class Builder:
     def name(self, hint: str) -> str:
         shared = self._shared
         if shared["taken"] is None:
-            from graphfix.graph.convert import all_graphs
-
-            taken: set[str] = set()
-            for g in all_graphs(shared.get("root", self.graph)):  # g.tensors() would check every name twice
-                taken.update(t.name for t in (*g.inputs, *g.outputs))
-                for n in g.nodes:
-                    taken.add(n.name)
-                    taken.update(t.name for t in n.inputs)
-                    taken.update(t.name for t in n.outputs)
-            shared["taken"] = taken
+            shared["taken"] = _names(shared.get("root", self.graph))
         while True:
             candidate = f"{self.prefix}/gf.{hint}_{shared['n']}"
             shared["n"] += 1

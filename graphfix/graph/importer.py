@@ -204,10 +204,12 @@ class _Import:
             vi = self.infos.get(name)
             if vi is not None and isinstance(t, gs.Variable):
                 _retype(t, vi)
-        return gs.Graph(nodes=nodes, inputs=inputs, outputs=outputs, name=g.name, doc_string=g.doc_string,
-                        producer_name=m.producer_name, producer_version=m.producer_version,
-                        opset=gsi.OnnxImporter.get_opset(m), import_domains=m.opset_import, functions=[],
-                        ir_version=m.ir_version)
+        graph = gs.Graph(nodes=nodes, inputs=inputs, outputs=outputs, name=g.name, doc_string=g.doc_string,
+                         producer_name=m.producer_name, producer_version=m.producer_version,
+                         opset=gsi.OnnxImporter.get_opset(m), import_domains=m.opset_import, functions=[],
+                         ir_version=m.ir_version)
+        graph.gf_names = {*tensors, *(n.name for n in nodes)}  # what Builder.name must not hand out
+        return graph
 
     def _declared(self, vi: onnx.ValueInfoProto) -> gs.Tensor:
         known = self.tensors.get(vi.name)
