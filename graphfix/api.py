@@ -20,9 +20,12 @@ from graphfix.report import Report
 class FixResult:
     """The fixed model and what was done to it."""
 
-    model: onnx.ModelProto
     report: Report
     outcome: pipeline.Outcome
+
+    @property
+    def model(self) -> onnx.ModelProto:
+        return self.outcome.model
 
     @property
     def ok(self) -> bool:
@@ -36,7 +39,7 @@ class FixResult:
         """
         paths.plan_fix(self._source(), path, external_data=external_data)
         with atomic.transaction():
-            return save_model(self.model, path, self.outcome.base_dir, external_data)
+            return save_model(self.outcome.fixed, path, self.outcome.base_dir, external_data)
 
     def save_report(self, path: str | os.PathLike) -> None:
         """JSON (or ``.md``); a JSON report gets polygraphy inputs/outputs files beside it.
@@ -136,10 +139,10 @@ def fix(
     )
     outcome = pipeline.run(model, settings, source, None if output is None else str(output), progress)
     outcome.base_dir = settings.base_dir
-    result = FixResult(outcome.model, outcome.report, outcome)
+    result = FixResult(outcome.report, outcome)
     if output is not None:
         with atomic.transaction():
-            save_model(result.model, output, settings.base_dir)
+            save_model(outcome.fixed, output, settings.base_dir)
     return result
 
 

@@ -33,9 +33,9 @@ from graphfix import shapes as shapes_mod
 from graphfix import verify
 from graphfix.errors import GraphfixError
 from graphfix.graph import Builder, Folder, to_graph, to_model
-from graphfix.graph.convert import all_graphs
+from graphfix.graph.convert import all_graphs, to_parts
 from graphfix.graph.edits import EditLog, live_nodes
-from graphfix.model_io import checker_problem, first_line, passes_full_check, runtime_compatible
+from graphfix.model_io import Assembled, checker_problem, first_line, passes_full_check, runtime_compatible
 from graphfix.passes.base import Context, Pass
 from graphfix.report import ERROR, KEPT, ROLLED_BACK, UNCHANGED, UNVERIFIED, PassRecord, Report
 from graphfix.trt.versions import TrtVersion
@@ -83,12 +83,17 @@ class Settings:
 
 @dataclass
 class Outcome:
-    model: onnx.ModelProto
+    fixed: onnx.ModelProto | Assembled  # Assembled: the input's weights not copied (save_model streams them)
     report: Report
     feeds: list[dict[str, np.ndarray]]
     baseline: Any = None  # polygraphy RunResults of the input model
     final: Any = None  # RunResults of the returned model
     base_dir: str | None = None  # where the model's external data lives
+
+    @property
+    def model(self) -> onnx.ModelProto:
+        """The fixed model as one ModelProto (built on first use when its weights are the input's)."""
+        return self.fixed.proto() if isinstance(self.fixed, Assembled) else self.fixed
 
 
 def _trt_version(text: str | None) -> TrtVersion | None:
@@ -218,10 +223,10 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         if settings.verify and settings.verify_each:
             return _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step)
         _run_passes(graph, chosen, settings, log, report, step)
-        baseline = final_results = None
+        baseline = final_results = fixed = None
         if settings.verify:
             step("verifying rewrites on onnxruntime")
-            baseline, final_results, fell_back = _verify_regions(model, graph, log, settings, report, feeds, counter, source)
+            baseline, final_results, fell_back, fixed = _verify_regions(model, graph, log, settings, report, feeds, counter, source)
             if fell_back:
                 gc.unfreeze()
                 report.passes.clear()
@@ -230,15 +235,17 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
                 report.verification = "pass by pass (fallback: the end-to-end run disagreed although every region agreed)"
                 return _verify_each(model, to_graph(model), chosen, settings, report, feeds, counter, EditLog(), start, step)
         step("exporting the fixed model")
-        fixed = to_model(graph, model) if log.edits else model
+        if fixed is None:  # verification exports the model it checks: that one is returned
+            fixed = to_parts(graph, model) if any(not e.undone for e in log.edits) else model
     finally:
         gc.unfreeze()  # the graph's cycles go with the next automatic collection: forcing one here
         # cost 0.6 s on a 100k-node export and lowered no peak (measured: bench/scale.py)
     report.sessions = counter.count
+    outcome = Outcome(fixed, report, feeds, baseline, final_results)
     if settings.trt is not None:
-        report.trt = _trt_summary(model, fixed, settings.trt)
+        report.trt = _trt_summary(model, outcome.model, settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
-    return Outcome(fixed, report, feeds, baseline, final_results)
+    return outcome
 
 
 def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: str | None) -> list[dict[str, np.ndarray]]:
@@ -283,7 +290,7 @@ def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: s
 
 
 def _verify_regions(model, graph, log, settings, report, feeds, counter, source):
-    """Probe session + end-to-end session. Returns (baseline, final, fell_back)."""
+    """Probe session + end-to-end session. Returns (baseline, final, fell_back, the fixed model)."""
     originals = regions_mod.original_names(model)
     regs = regions_mod.regions(log.edits, graph, originals)
     probe = regions_mod.probe_model(model, regs)
@@ -297,7 +304,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source)
                 f"onnxruntime cannot run the input model, so rewrites cannot be verified ({first_line(exc2)}); "
                 "fix the inputs (--input-shapes/--val-range/--load-inputs) or use --no-verify", source) from exc2
         report.notes.append(f"the probe model could not run ({first_line(exc)}); checking pass by pass")
-        return None, None, True
+        return None, None, True, None
     by_pass = {r.name: r for r in report.passes}
     for r in regs:
         records = verify.region_diffs(probe_results, r.probes, settings.atol, settings.rtol) if not r.unchecked else {}
@@ -328,22 +335,23 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source)
     baseline = verify.select_outputs(probe_results, [o.name for o in model.graph.output])
     live = [e for e in log.edits if not e.undone]
     if not live:
-        return baseline, baseline, False
-    fixed = to_model(graph, model)
+        return baseline, baseline, False, model
+    parts = to_parts(graph, model)
+    fixed = parts.proto() if isinstance(parts, Assembled) else parts
     invalid = _invalid(fixed, passes_full_check(model))
     if invalid:
         report.notes.append(f"the fixed model is invalid ({invalid}); checking pass by pass")
-        return baseline, None, True
+        return baseline, None, True, None
     try:
         final = verify.run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
     except Exception as exc:  # noqa: BLE001
         report.notes.append(f"onnxruntime cannot run the fixed model ({first_line(exc)}); checking pass by pass")
-        return baseline, None, True
+        return baseline, None, True, None
     diffs = verify.compare(baseline, final, settings.atol, settings.rtol)
     report.final = {k: d.as_dict() for k, d in diffs.items()}
     if not all(d.passed for d in diffs.values()):
-        return baseline, None, True
-    return baseline, final, False
+        return baseline, None, True, None
+    return baseline, final, False, parts
 
 
 def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step) -> Outcome:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -12,10 +14,12 @@ from fixtures.recipes import fold_clip
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
 from graphfix.errors import GraphfixError
 from graphfix.graph import replace_tensor
-from graphfix.model_io import max_ir_version
+from graphfix.model_io import Assembled, max_ir_version
 from graphfix.passes import Pass
 from graphfix.passes.base import LIMIT, Rule
 from graphfix.pipeline import StrictFailure
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _wrong_rewrite(node, ctx):
@@ -122,3 +126,23 @@ def test_unrunnable_input_is_a_clear_error():
 def test_auto_needs_a_version():
     with pytest.raises(GraphfixError, match="--trt"):
         graphfix.fix(fold_clip.clip_cast_bounds(), "auto")
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_unchanged_weights_are_written_from_the_input_not_copied(tmp_path, verify):
+    """The fixed model keeps the input's initializer protos (no copy of the weights); what is
+    written is exactly the model ``result.model`` describes."""
+    src = ROOT / "fixtures" / "fold_clip" / "superpoint_descriptor_norm.onnx"
+    given = onnx.load(str(src))
+    result = graphfix.fix(given, "all", verify=verify)
+    parts = result.outcome.fixed
+    assert isinstance(parts, Assembled)
+    originals = {id(t) for t in given.graph.initializer}
+    assert any(id(t) in originals for t in parts.initializers)
+    path = tmp_path / "out.onnx"
+    result.save(path)
+    written = onnx.load(str(path))
+    expected = result.model
+    expected.ir_version = written.ir_version  # save clamps the IR version to what onnxruntime reads
+    assert written == expected
+    assert [t.name for t in written.graph.initializer] == [t.name for t in parts.initializers]

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         engine_path = args.build or str(Path(args.output).with_suffix(".engine"))
         result.report.engine = {"commands": command_lines(args.output, engine_path, profile, args.fp16)}
     with atomic.Transaction() as tx:
-        save_model(result.model, args.output, result.outcome.base_dir, args.external_data)
+        save_model(result.outcome.fixed, args.output, result.outcome.base_dir, args.external_data)
         if args.build:
             tx.commit()  # TensorRT parses the model from disk; a failure below still removes it
             result.report.engine.update(_build(result, args, profile, tx.reserve(args.build, "engine").temp))

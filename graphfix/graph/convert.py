@@ -10,7 +10,7 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphfix.graph.edits import bodies, live_nodes, outer_reads
 from graphfix.graph.importer import all_graphs, fingerprint, import_typed
-from graphfix.model_io import copy_fields, default_opset, weightless
+from graphfix.model_io import Assembled, copy_fields, default_opset, weightless
 
 
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -83,27 +83,37 @@ def to_graph(model: onnx.ModelProto) -> gs.Graph:
 
 def to_model(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto:
     """Export and restore what export drops: IR version, all opset imports, producer, metadata."""
+    exported = to_parts(graph, template)
+    return exported.proto() if isinstance(exported, Assembled) else exported
+
+
+def to_parts(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto | Assembled:
+    """:func:`to_model`, with the template's unchanged initializers not copied into a new model
+    (an :class:`~graphfix.model_io.Assembled` model) when the graph came from ``template``."""
     for g in list(all_graphs(graph)):
         _prune_and_sort(g)
     source = getattr(graph, "gf_source", None)
     if source is not None and source[0] is template and _same_signature(graph, template) and not template.graph.sparse_initializer:
-        model = _export_reusing(graph, template, source[1])
-    else:
-        model = gs.export_onnx(graph, do_type_check=False)
-        del model.opset_import[:]
-        model.opset_import.extend(template.opset_import)
-        model.producer_name = template.producer_name
-        model.producer_version = template.producer_version
-        model.domain = template.domain
-        model.model_version = template.model_version
-        model.doc_string = template.doc_string
-        del model.metadata_props[:]
-        model.metadata_props.extend(template.metadata_props)
-        if not model.functions and template.functions:
-            model.functions.extend(template.functions)
+        parts = _export_reusing(graph, template, source[1])
+        parts.stub.ir_version = template.ir_version
+        if parts.stub.ir_version < 4 and parts.initializers:
+            parts.stub.ir_version = 4  # IR < 4 wants every initializer listed as a graph input; new constants are not
+        return parts
+    model = gs.export_onnx(graph, do_type_check=False)
+    del model.opset_import[:]
+    model.opset_import.extend(template.opset_import)
+    model.producer_name = template.producer_name
+    model.producer_version = template.producer_version
+    model.domain = template.domain
+    model.model_version = template.model_version
+    model.doc_string = template.doc_string
+    del model.metadata_props[:]
+    model.metadata_props.extend(template.metadata_props)
+    if not model.functions and template.functions:
+        model.functions.extend(template.functions)
     model.ir_version = template.ir_version
     if model.ir_version < 4 and model.graph.initializer:
-        model.ir_version = 4  # IR < 4 wants every initializer listed as a graph input; new constants are not
+        model.ir_version = 4
     return model
 
 
@@ -112,7 +122,7 @@ def _same_signature(graph: gs.Graph, template: onnx.ModelProto) -> bool:
         [t.name for t in graph.outputs] == [o.name for o in template.graph.output]
 
 
-def _export_reusing(graph: gs.Graph, template: onnx.ModelProto, protos: dict[int, tuple]) -> onnx.ModelProto:
+def _export_reusing(graph: gs.Graph, template: onnx.ModelProto, protos: dict[int, tuple]) -> Assembled:
     """The template's metadata, inputs and outputs; its node and initializer protos where the node
     or tensor is unchanged; onnx-graphsurgeon's export only for new or edited nodes."""
     model = onnx.ModelProto()
@@ -122,6 +132,7 @@ def _export_reusing(graph: gs.Graph, template: onnx.ModelProto, protos: dict[int
     g.input.extend(tg.input)
     g.output.extend(tg.output)
     originals = {t.name: t for t in tg.initializer}
+    initializers: list[onnx.TensorProto] = []
     written: set[str] = set()
     for n in graph.nodes:
         known = protos.get(id(n))
@@ -132,13 +143,13 @@ def _export_reusing(graph: gs.Graph, template: onnx.ModelProto, protos: dict[int
         for t in n.inputs:
             if isinstance(t, gs.Constant) and t.name not in written:
                 written.add(t.name)
-                g.initializer.append(originals[t.name] if t.name in originals and _unchanged(t, originals[t.name])
-                                     else OnnxExporter.export_tensor_proto(t))
+                initializers.append(originals[t.name] if t.name in originals and _unchanged(t, originals[t.name])
+                                    else OnnxExporter.export_tensor_proto(t))
     for t in graph.inputs:  # IR < 4 lists initializers as inputs too
         if t.name in originals and t.name not in written:
             written.add(t.name)
-            g.initializer.append(originals[t.name])
-    return model
+            initializers.append(originals[t.name])
+    return Assembled(model, initializers)
 
 
 def _unchanged(t: gs.Constant, original: onnx.TensorProto) -> bool:
