@@ -224,7 +224,28 @@ def region_diffs(results: RunResults, probes: dict[str, str], atol: float, rtol:
     return diffs
 
 
+#: Tolerance floors for low-precision outputs: 4 units in the last place, since a rewrite that
+#: computes the same value in more ops rounds at each of them. At the float32 defaults (1e-5) a
+#: correct fp16 rewrite (epsilon 9.8e-4) would be rolled back.
+_ULPS = 4
+
+
+def tolerances(dtype: np.dtype, atol: float, rtol: float) -> tuple[float, float]:
+    """(atol, rtol) for comparing outputs of ``dtype``: the given ones, raised to the floor of
+    fp16/bf16 (float32 and wider keep exactly what was asked)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float16:
+        eps = float(np.finfo(np.float16).eps)
+    elif dtype.name == "bfloat16":
+        eps = 2.0**-7
+    else:
+        return atol, rtol
+    floor = _ULPS * eps
+    return max(atol, floor), max(rtol, floor)
+
+
 def _numpy_diff(ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float) -> OutputDiff:
+    atol, rtol = tolerances(ref.dtype, atol, rtol)
     if ref.shape != cand.shape or ref.dtype != cand.dtype:
         return OutputDiff(float("inf"), float("inf"), False, f"{ref.dtype}{list(ref.shape)} became {cand.dtype}{list(cand.shape)}")
     ref, cand, nan_note = _align_nans(ref, cand)
@@ -259,8 +280,9 @@ class OutputDiff:
 
 
 def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: float) -> dict[str, OutputDiff]:
-    """Worst difference per output over all iterations (polygraphy SimpleCompareFunc)."""
-    func = SimpleCompareFunc(atol=atol, rtol=rtol, check_shapes=True, infinities_compare_equal=True)
+    """Worst difference per output over all iterations (polygraphy SimpleCompareFunc; fp16/bf16
+    outputs at no less than :func:`tolerances`' floor)."""
+    funcs: dict[tuple[float, float], SimpleCompareFunc] = {}
     diffs: dict[str, OutputDiff] = {}
     with quiet_polygraphy():
         for ref_it, cand_it in zip(iterations(reference), iterations(candidate), strict=True):
@@ -277,8 +299,11 @@ def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: flo
                 if nan_note:
                     diffs[name] = OutputDiff(float("nan"), float("nan"), False, nan_note)
                     continue
+                tol = tolerances(ref.dtype, atol, rtol)
+                if tol not in funcs:
+                    funcs[tol] = SimpleCompareFunc(atol=tol[0], rtol=tol[1], check_shapes=True, infinities_compare_equal=True)
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    result = func(IterationResult({name: ref}), IterationResult({name: cand}))[name]
+                    result = funcs[tol](IterationResult({name: ref}), IterationResult({name: cand}))[name]
                 max_abs, max_rel = float(result.max_absdiff), float(result.max_reldiff)
                 if max_abs == 0:
                     max_rel = 0.0  # polygraphy's 0/0 for exact zeros

@@ -146,3 +146,37 @@ def test_unchanged_weights_are_written_from_the_input_not_copied(tmp_path, verif
     expected.ir_version = written.ir_version  # save clamps the IR version to what onnxruntime reads
     assert written == expected
     assert [t.name for t in written.graph.initializer] == [t.name for t in parts.initializers]
+
+
+def _div_to_mul(node, ctx):
+    """x / 3 -> x * (1/3): the same value, rounded differently (one fp16 ulp here and there)."""
+    inv = ctx.builder.const(np.asarray(1 / 3, dtype=np.float16), hint="inv")
+    replace_tensor(ctx.graph, node.outputs[0], ctx.builder.op("Mul", [node.inputs[0], inv], dtype=np.float16))
+
+
+def _div_model(elem: int) -> onnx.ModelProto:
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+    three = onnx.numpy_helper.from_array(np.asarray(3, dtype), "three")
+    return model([node("Div", ["x", "three"], ["y"], name="/Div")], [inp("x", elem, [4, 64])], [out("y", elem, [4, 64])], [three])
+
+
+@pytest.mark.parametrize("elem,kept", [(onnx.TensorProto.FLOAT16, True), (onnx.TensorProto.FLOAT, False)])
+def test_fp16_outputs_are_compared_at_fp16_precision(elem, kept):
+    """At the float32 default (1e-5) a correct fp16 rewrite would be rolled back; in float32 the
+    same 1/3 rounding is still caught."""
+    rewrite = _div_to_mul if elem == onnx.TensorProto.FLOAT16 else \
+        (lambda n, c: replace_tensor(c.graph, n.outputs[0], c.builder.op("Mul", [n.inputs[0], c.builder.const(np.float32(0.3333))])))
+    result = graphfix.fix(_div_model(elem), [_test_pass("div-to-mul", 1, {"Div"}, rewrite)], input_shapes={"x": (4, 64)},
+                          val_range={"x": (-100.0, 100.0)})
+    record = result.report.passes[0]
+    assert record.verdict == ("kept" if kept else "rolled-back")
+    if kept:
+        assert record.outputs["y"]["max_abs"] > 0  # the rewrite does differ by rounding
+
+
+def test_tolerance_floors():
+    from graphfix.verify import tolerances
+
+    assert tolerances(np.float32, 1e-5, 1e-5) == (1e-5, 1e-5)
+    assert tolerances(np.float16, 1e-5, 1e-5) == (4 * 2.0**-10, 4 * 2.0**-10)
+    assert tolerances(np.float16, 0.1, 0.1) == (0.1, 0.1)
