@@ -93,12 +93,25 @@ class Builder:
         return self.const(np.asarray(list(axes), dtype=np.int64), hint="axes")
 
     def reduce(self, op_type: str, x: gs.Tensor, axes: Sequence[int], keepdims: bool = True, **kw: Any) -> gs.Variable:
-        """ReduceX: axes moved from attribute to input in opset 13 (ReduceSum) / 18 (the rest)."""
+        """ReduceX: axes moved from attribute to input in opset 13 (ReduceSum) / 18 (the rest).
+        Parsers before 10.0 ignore the opset-18 axes input (they reduce over every axis), so from
+        opset 18 ReduceMax/ReduceMin are written as :meth:`extreme` (TopK), which every release reads."""
+        if op_type in ("ReduceMax", "ReduceMin") and self.opset >= 18:
+            return self.extreme(x, axes, keepdims, largest=op_type == "ReduceMax", **kw)
         as_input = self.opset >= (13 if op_type == "ReduceSum" else 18)
         attrs = {"keepdims": int(keepdims)}
         if as_input:
             return self.op(op_type, [x, self._axes(axes)], attrs, **kw)
         return self.op(op_type, [x], {**attrs, "axes": list(axes)}, **kw)
+
+    def extreme(self, x: gs.Tensor, axes: Sequence[int], keepdims: bool = True, largest: bool = True, **kw: Any) -> gs.Variable:
+        """Max (or min) over ``axes`` as TopK(K=1) along each axis in turn, then Squeeze: TopK's
+        K input is read by every 8.x importer, unlike an opset-18 ReduceMax's axes."""
+        k = self.const(np.asarray([1], np.int64), hint="k")
+        y = x
+        for axis in axes:
+            y = self.op("TopK", [y, k], {"axis": int(axis), "largest": int(largest), "sorted": 1}, outputs=2)[0]
+        return self.squeeze(y, list(axes), **kw) if not keepdims else self.op("Identity", [y], **kw)
 
     def unsqueeze(self, x: gs.Tensor, axes: Sequence[int], **kw: Any) -> gs.Variable:
         if self.opset >= 13:
