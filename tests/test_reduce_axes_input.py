@@ -12,12 +12,13 @@ from support import case_feeds, check_fixture, check_rewrite, node_cases, ort_ru
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, init, inp, model, node, out
 from graphfix import passes
+from graphfix.graph.build import PRODUCT_TERMS
 from graphfix.passes.reduce_axes_input import OPS
 from graphfix.trt.check import check_model
 
 FIXTURES = [fx for group, fx in all_fixtures() if group == "reduce_axes_input"]
 INSIDE, OUTSIDE = ["8.0", "8.2", "8.5", "8.6", "9.3"], ["10.0", "10.1", "11.1"]
-DECOMPOSED = sorted(OPS - {"ReduceProd"})
+DECOMPOSED = sorted(OPS)
 
 
 def _reduces(m: onnx.ModelProto) -> list[str]:
@@ -68,9 +69,17 @@ def test_empty_axes_and_older_opsets_are_left_alone():
     assert p.apply(attr_form).matched == 0
 
 
-def test_reduce_prod_is_a_finding():
-    result = passes.get("reduce-axes-input").apply(_reduce_model("ReduceProd", [2, 3], [1], 1))
+def test_reduce_prod_over_dynamic_dims_is_a_finding():
+    m = model([node("ReduceProd", ["x", "axes"], ["y"], keepdims=1)], [inp("x", FLOAT, [2, "L"])], [out("y", FLOAT, [2, 1])],
+              [init("axes", np.asarray([1], np.int64))], opset=18)
+    result = passes.get("reduce-axes-input").apply(m)
     assert result.rewritten == 0 and "ReduceProd" in result.findings[0].message
+
+
+def test_reduce_prod_over_static_dims_is_a_product_of_slices():
+    x = np.random.default_rng(3).uniform(-2, 2, (2, 3, 4)).astype(np.float32)
+    result = check_rewrite(_reduce_model("ReduceProd", [2, 3, 4], [-1, 1], 0), "reduce-axes-input", {"x": x}, atol=1e-5, rtol=1e-5)
+    assert not _reduces(result.model) and "Mul" in [n.op_type for n in result.model.graph.node]
 
 
 @pytest.mark.parametrize("case", [c for op in DECOMPOSED for c in node_cases(op)], ids=lambda c: c.name)
@@ -87,7 +96,7 @@ def test_onnx_node_cases(case):
         frozen.graph.initializer.append(onnx.numpy_helper.from_array(axes, m.graph.node[0].input[1]))
         if axes.size == 0:
             continue  # every axis: left alone
-        if 0 in feeds[m.graph.input[0].name].shape and m.graph.node[0].op_type in ("ReduceMax", "ReduceMin", "ReduceLogSumExp"):
+        if 0 in feeds[m.graph.input[0].name].shape and m.graph.node[0].op_type in ("ReduceMax", "ReduceMin", "ReduceLogSumExp", "ReduceProd"):
             assert passes.get("reduce-axes-input").apply(frozen).findings  # +-inf constants: left as they are
             continue
         result = check_rewrite(frozen, "reduce-axes-input", feeds, atol=1e-5, rtol=1e-5)
@@ -108,5 +117,8 @@ def reduce_cases(draw):
 def test_random_reductions_equal_onnxruntime(case):
     op, shape, axes, keepdims, seed = case
     x = np.random.default_rng(seed).uniform(0.1 if op == "ReduceLogSum" else -3, 3, shape).astype(np.float32)
+    if op == "ReduceProd" and np.prod([shape[a] for a in axes]) > PRODUCT_TERMS:
+        assert passes.get("reduce-axes-input").apply(_reduce_model(op, shape, axes, keepdims)).findings
+        return
     result = check_rewrite(_reduce_model(op, shape, axes, keepdims), "reduce-axes-input", {"x": x}, atol=1e-5, rtol=1e-5)
     assert not _reduces(result.model)

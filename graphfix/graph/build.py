@@ -15,6 +15,23 @@ import onnx_graphsurgeon as gs
 TensorLike = gs.Tensor | np.ndarray | int | float | bool | Sequence[int] | Sequence[float]
 
 
+#: Most terms :meth:`Builder.product` multiplies out (a Mul per term).
+PRODUCT_TERMS = 64
+
+
+def lengths(x: gs.Tensor, axes: Sequence[int]) -> list[int] | None:
+    """The static lengths of ``axes`` of ``x`` when their product is small enough to multiply out."""
+    if x.shape is None:
+        return None
+    try:
+        dims = [x.shape[a] for a in axes]
+    except IndexError:
+        return None
+    if not all(isinstance(d, int | np.integer) and d > 0 for d in dims) or np.prod(dims) > PRODUCT_TERMS:
+        return None
+    return [int(d) for d in dims]
+
+
 def _names(root: gs.Graph) -> set[str]:
     """Every node and tensor name of ``root`` and its bodies, collected once per graph and kept on
     it: the names builders hand out are added as they go. (Names made outside builders, such as
@@ -98,6 +115,8 @@ class Builder:
         opset 18 ReduceMax/ReduceMin are written as :meth:`extreme` (TopK), which every release reads."""
         if op_type in ("ReduceMax", "ReduceMin") and self.opset >= 18:
             return self.extreme(x, axes, keepdims, largest=op_type == "ReduceMax", **kw)
+        if op_type == "ReduceProd" and self.opset >= 18 and lengths(x, axes) is not None:
+            return self.product(x, axes, keepdims, **kw)
         as_input = self.opset >= (13 if op_type == "ReduceSum" else 18)
         attrs = {"keepdims": int(keepdims)}
         if as_input:
@@ -111,6 +130,21 @@ class Builder:
         y = x
         for axis in axes:
             y = self.op("TopK", [y, k], {"axis": int(axis), "largest": int(largest), "sorted": 1}, outputs=2)[0]
+        return self.squeeze(y, list(axes), **kw) if not keepdims else self.op("Identity", [y], **kw)
+
+    def product(self, x: gs.Tensor, axes: Sequence[int], keepdims: bool = True, **kw: Any) -> gs.Variable:
+        """Product over ``axes`` of static length (at most PRODUCT_TERMS terms in all) as a Mul of
+        slices: the opset-18 ReduceProd's axes input is ignored before 10.0 and nothing else
+        multiplies along an axis."""
+        sizes = lengths(x, axes)
+        if sizes is None:
+            raise ValueError("product() needs static reduced dims")
+        y = x
+        for axis, n in zip(axes, sizes, strict=True):
+            parts = [self.slice(y, [i], [i + 1], [axis]) for i in range(n)]
+            y = parts[0]
+            for part in parts[1:]:
+                y = self.op("Mul", [y, part])
         return self.squeeze(y, list(axes), **kw) if not keepdims else self.op("Identity", [y], **kw)
 
     def unsqueeze(self, x: gs.Tensor, axes: Sequence[int], **kw: Any) -> gs.Variable:

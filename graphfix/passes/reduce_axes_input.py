@@ -18,9 +18,12 @@ Rewrite (axes folded to constants; negative axes normalized):
   (as onnxruntime computes it: no overflow for large x);
 * ReduceMax/ReduceMin = TopK(K=1) along each axis in turn (keepdims), then Squeeze.
 
-ReduceProd has no such form (Exp/Log lose signs and zeros): it stays a finding, to be exported
-with ``keepdim`` loops or reshaped upstream. Empty or absent axes mean "every axis", which old
-importers also do, so those nodes are left alone.
+* ReduceProd = a Mul of slices along static axes (up to ``PRODUCT_TERMS`` terms; Exp/Log would
+  lose signs and zeros); over dynamic or longer axes it stays a finding.
+
+Empty or absent axes mean "every axis", which old importers also do, so those nodes are left
+alone. The builder writes its own opset-18 max/min/product reductions the same way, so no pass
+emits the ignored form.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
+from graphfix.graph.build import PRODUCT_TERMS, lengths
 from graphfix.passes.base import WRONG_RESULTS, Context, Pass, Rule, Skip
 
 _SUM_FAMILY = {"ReduceMean", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}
@@ -45,8 +49,6 @@ def _axes_given(node: gs.Node, ctx: Context) -> bool:
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
-    if node.op == "ReduceProd":
-        raise Skip("ReduceProd over chosen axes has no exact form old importers read; reduce a reshaped tensor upstream")
     x = node.inputs[0]
     axes_value = ctx.folder.value(node.inputs[1])
     if axes_value is None:
@@ -57,12 +59,17 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     rank = len(x.shape)
     axes = sorted({int(a) % rank if rank else 0 for a in np.asarray(axes_value).reshape(-1)})
     keep = bool(node.attrs.get("keepdims", 1))
-    if node.op != "ReduceMax" and node.op != "ReduceMin" and dtype.kind != "f":
+    if node.op in _SUM_FAMILY and dtype.kind != "f":
         raise Skip(f"{node.op} on {dtype} (only float types are decomposed)")
     if (node.op in _ORDER or node.op == "ReduceLogSumExp") and any(x.shape[a] == 0 for a in axes):
         raise Skip(f"{node.op} over an empty axis (TopK needs an element; the result is a constant +-inf)")
     b = ctx.builder
-    if node.op in _ORDER and dtype == np.bool_:  # TopK has no bool kernel: compare as 0/1 floats
+    if node.op == "ReduceProd":
+        if lengths(x, axes) is None:
+            raise Skip(f"ReduceProd over dims that are dynamic or longer than {PRODUCT_TERMS} in all has no form "
+                       "old importers read; reduce a reshaped tensor upstream")
+        y = b.product(x, axes, keep)
+    elif node.op in _ORDER and dtype == np.bool_:  # TopK has no bool kernel: compare as 0/1 floats
         y = b.cast(b.extreme(b.cast(x, np.float32), axes, keep, largest=node.op == "ReduceMax"), np.bool_)
     elif node.op in _ORDER:
         y = b.extreme(x, axes, keep, largest=node.op == "ReduceMax")
