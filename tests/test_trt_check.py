@@ -126,3 +126,41 @@ def test_cli_table_json_and_exit_codes(capsys):
 def test_cli_bad_version(capsys):
     assert main(["check", _path("clip_int"), "--trt", "banana"]) == 2
     assert "not a TensorRT version" in capsys.readouterr().err
+
+
+def _repeated_blocks(n: int, bound_type: int = onnx.TensorProto.DOUBLE) -> onnx.ModelProto:
+    """An export repeating one block: Relu -> Clip with a computed (Constant -> Cast) bound."""
+    import numpy as np
+
+    from fixtures.recipes._onnx import const
+
+    nodes, x = [], "x"
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(bound_type)
+    for k in range(n):
+        nodes += [node("Relu", [x], [f"r{k}"], name=f"/b{k}/Relu"), const(f"lo{k}", np.asarray(0.5, dtype)),
+                  node("Cast", [f"lo{k}"], [f"lof{k}"], name=f"/b{k}/Cast", to=onnx.TensorProto.FLOAT),
+                  node("Clip", [f"r{k}", f"lof{k}"], [f"y{k}"], name=f"/b{k}/Clip")]
+        x = f"y{k}"
+    return model(nodes, [inp("x", onnx.TensorProto.FLOAT, [2, 3])], [out(x, onnx.TensorProto.FLOAT, [2, 3])])
+
+
+def test_repeated_findings_are_said_once_with_the_other_nodes_named(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    onnx.save(_repeated_blocks(9), path)
+    assert main(["check", str(path), "--trt", "7.2"]) == 1
+    text = capsys.readouterr().out
+    assert text.count("Clip min/max must be an initializer") == 1
+    assert "and 8 more node(s) like it: /b1/Clip, /b2/Clip, /b3/Clip, /b4/Clip, /b5/Clip, … (3 more" in text
+    assert "9 blocking" in text
+    assert main(["check", str(path), "--trt", "7.2", "--json"]) == 1
+    assert len([f for f in json.loads(capsys.readouterr().out)["findings"] if f["op"] == "Clip"]) == 9
+
+
+def test_double_weights_are_not_a_type_finding_and_no_other_ops_error_is_quoted():
+    report = check_model(_repeated_blocks(2), "8.6")
+    assert not [f for f in report.findings if f.op == "Cast"]  # DOUBLE Constant values are cast down at import
+    computed = model([node("Cast", ["x"], ["d"], to=onnx.TensorProto.DOUBLE), node("Neg", ["d"], ["y"])],
+                     [inp("x", onnx.TensorProto.FLOAT, [2])], [out("y", onnx.TensorProto.DOUBLE, [2])])
+    neg = [f for f in check_model(computed, "8.6").findings if f.op == "Neg"]
+    assert neg and "DOUBLE" in neg[0].message
+    assert neg[0].error_text is None or "Neg" in neg[0].error_text  # not the Gather BOOL assertion

@@ -24,6 +24,10 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report.blocking else 0
 
 
+#: Nodes named after the first when the same finding repeats.
+_NAMED = 5
+
+
 def render(report, model: str) -> str:
     lines = [f"{model}: TensorRT {report.version_used} parser, opset {report.opset}"]
     if report.note:
@@ -31,9 +35,17 @@ def render(report, model: str) -> str:
     if not report.findings:
         lines.append("no findings: the parser should accept every node")
         return "\n".join(lines)
+    groups: dict[tuple, list] = {}  # the same problem on many nodes (an export repeats its blocks) is said once
     for f in report.findings:
+        groups.setdefault((f.severity, f.op, f.message, f.error_text, f.remedy), []).append(f)
+    for same in groups.values():
+        f = same[0]
         where = f"{f.node} ({f.op})" if f.node else "(model)"
         lines.append(f"{f.severity.upper():8}  {where}: {f.message}")
+        if len(same) > 1:
+            others = ", ".join(g.node or "(model)" for g in same[1:1 + _NAMED])
+            more = f", … ({len(same) - 1 - _NAMED} more; --json lists every node)" if len(same) - 1 > _NAMED else ""
+            lines.append(f"          and {len(same) - 1} more node(s) like it: {others}{more}")
         if f.path:
             lines.append(f"          path: {' -> '.join(f.path)}")
         if f.error_text:

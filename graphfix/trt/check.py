@@ -18,7 +18,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphfix import passes
-from graphfix.graph import Builder, Folder, tensor_dtype, to_graph
+from graphfix.graph import Builder, Folder, is_weights, tensor_dtype, to_graph
 from graphfix.graph.convert import all_graphs
 from graphfix.graph.origin import DATA, ValueOrigins
 from graphfix.model_io import default_opset
@@ -118,10 +118,13 @@ def passes_for(report: CheckReport) -> list[str]:
 # ---------------------------------------------------------------- findings
 def _finding(node: gs.Node | None, severity: str, message: str, error_id: str | None, fix_pass: str | None = None,
              path: list[str] | None = None, prefer: str | None = None, rule: str = "", evidence: str = "",
-             certain: bool = True) -> CheckFinding:
+             certain: bool = True, exact: bool = False) -> CheckFinding:
+    """``prefer``: quote the error example that mentions it; ``exact``: only such an example."""
     entry = support.error(error_id) if error_id else None
     examples = entry.get("examples", []) if entry else []
-    text = next((e for e in examples if prefer and prefer in e), examples[0] if examples else None)
+    text = next((e for e in examples if prefer and prefer in e), None if exact else examples[0] if examples else None)
+    if exact and text is None:
+        error_id = None  # the known messages are about other ops: quoting one would mislead
     return CheckFinding(node.name if node else "", node.op if node else "", severity, message, error_id, text, fix_pass,
                         path or [], rule, evidence, certain)
 
@@ -218,10 +221,12 @@ def _type_findings(node: gs.Node, entry: support.OpSupport, release: support.Rel
         return
     if token == "INT64" and release.version < TrtVersion("9.0"):
         return  # cast down to INT32 by the parser (a warning in the build log, not a failure)
+    if token == "DOUBLE" and is_weights(node.inputs[0]):
+        return  # DOUBLE weights (initializers, Constant values) are cast down to FLOAT at import
     if token == "BOOL" and node.op in ("Gather", "GatherElements", "GatherND"):
         return  # handled by bool-gather-cast's version-aware match
     yield _finding(node, WARNING, f"{node.op} on {token} is not in TensorRT {release.key}'s documented types {list(entry.types)}",
-                   "type-restricted-ops")
+                   "type-restricted-ops", prefer=node.op, exact=True)
 
 
 def _weight_type_notes(model: onnx.ModelProto, release: support.Release) -> Iterator[CheckFinding]:
