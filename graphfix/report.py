@@ -117,12 +117,33 @@ def table(report: Report) -> str:
     for p in report.passes:
         if p.reason:
             notes.append(f"{p.name}: {p.reason}")
-        notes += [f"{p.name}: {f['op']} '{f['node']}' not rewritten: {f['message']}" for f in p.findings]
+        notes += [f"{p.name}: {f['op']} '{f['node']}' not rewritten: {f['message']}{also}" for f, also in grouped(p.findings)]
     if notes:
         lines += ["", *notes]
     verified = "verification off" if not report.settings.get("verify", True) else f"{report.sessions} onnxruntime session(s)"
     lines += ["", f"{len(report.passes)} pass(es), {verified}, {report.seconds:.2f}s; status: {report.status}"]
     return "\n".join(lines)
+
+
+#: Nodes named after the first when the same finding repeats.
+NAMED = 5
+
+
+def grouped(findings: list[dict], key: tuple[str, ...] = ("op", "message")) -> list[tuple[dict, str]]:
+    """Each distinct finding once, with " (and N more like it: ...)" naming the other nodes: an
+    export repeats its blocks, and 25000 identical lines hide the one that differs."""
+    groups: dict[tuple, list[dict]] = {}
+    for f in findings:
+        groups.setdefault(tuple(f.get(k) for k in key), []).append(f)
+    out = []
+    for same in groups.values():
+        others = [g.get("node") or "(model)" for g in same[1:]]
+        also = ""
+        if others:
+            named = ", ".join(others[:NAMED]) + (f", … ({len(others) - NAMED} more)" if len(others) > NAMED else "")
+            also = f" (and {len(others)} more like it: {named})"
+        out.append((same[0], also))
+    return out
 
 
 def markdown(report: Report) -> str:
@@ -143,7 +164,8 @@ def markdown(report: Report) -> str:
                 f"{p.seconds:.2f}s" if first else "",
             ]) + " |")
     notes = [f"- **{p.name}**: {p.reason}" for p in report.passes if p.reason]
-    notes += [f"- **{p.name}**: {f['op']} `{f['node']}` not rewritten: {f['message']}" for p in report.passes for f in p.findings]
+    notes += [f"- **{p.name}**: {f['op']} `{f['node']}` not rewritten: {f['message']}{also}"
+              for p in report.passes for f, also in grouped(p.findings)]
     if notes:
         out += ["", "## Findings", "", *notes]
     if report.shapes:

@@ -180,3 +180,17 @@ def test_tolerance_floors():
     assert tolerances(np.float32, 1e-5, 1e-5) == (1e-5, 1e-5)
     assert tolerances(np.float16, 1e-5, 1e-5) == (4 * 2.0**-10, 4 * 2.0**-10)
     assert tolerances(np.float16, 0.1, 0.1) == (0.1, 0.1)
+
+
+def test_repeated_pass_findings_are_reported_once_with_the_other_nodes_named():
+    """An export repeats its blocks: one note per distinct finding, the other nodes named."""
+    from graphfix.report import markdown, table
+
+    nodes = [node("ReduceProd", ["x", "axes"], [f"y{k}"], name=f"/b{k}/ReduceProd", keepdims=1) for k in range(8)]
+    m = model(nodes, [inp("x", FLOAT, [2, "L"])], [out(f"y{k}", FLOAT, [2, 1]) for k in range(8)],
+              [onnx.numpy_helper.from_array(np.asarray([1], np.int64), "axes")], opset=18)
+    report = graphfix.fix(m, "reduce-axes-input", verify=False).report
+    assert len(report.passes[0].findings) == 8
+    for text in (table(report), markdown(report)):
+        assert text.count("not rewritten") == 1
+        assert "(and 7 more like it: /b1/ReduceProd, /b2/ReduceProd, /b3/ReduceProd, /b4/ReduceProd, /b5/ReduceProd, … (2 more))" in text

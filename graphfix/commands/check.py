@@ -6,6 +6,7 @@ import argparse
 import json
 
 from graphfix.model_io import load_model
+from graphfix.report import grouped
 from graphfix.trt.check import BLOCKING, check_model
 
 
@@ -24,10 +25,6 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report.blocking else 0
 
 
-#: Nodes named after the first when the same finding repeats.
-_NAMED = 5
-
-
 def render(report, model: str) -> str:
     lines = [f"{model}: TensorRT {report.version_used} parser, opset {report.opset}"]
     if report.note:
@@ -35,22 +32,16 @@ def render(report, model: str) -> str:
     if not report.findings:
         lines.append("no findings: the parser should accept every node")
         return "\n".join(lines)
-    groups: dict[tuple, list] = {}  # the same problem on many nodes (an export repeats its blocks) is said once
-    for f in report.findings:
-        groups.setdefault((f.severity, f.op, f.message, f.error_text, f.remedy), []).append(f)
-    for same in groups.values():
-        f = same[0]
-        where = f"{f.node} ({f.op})" if f.node else "(model)"
-        lines.append(f"{f.severity.upper():8}  {where}: {f.message}")
-        if len(same) > 1:
-            others = ", ".join(g.node or "(model)" for g in same[1:1 + _NAMED])
-            more = f", … ({len(same) - 1 - _NAMED} more; --json lists every node)" if len(same) - 1 > _NAMED else ""
-            lines.append(f"          and {len(same) - 1} more node(s) like it: {others}{more}")
-        if f.path:
-            lines.append(f"          path: {' -> '.join(f.path)}")
-        if f.error_text:
-            lines.append(f"          TensorRT: {f.error_text}")
-        lines.append(f"          fix: {f.remedy}")
+    for f, also in grouped(report.as_dict()["findings"], ("severity", "op", "message", "error_text", "remedy")):
+        where = f"{f['node']} ({f['op']})" if f["node"] else "(model)"
+        lines.append(f"{f['severity'].upper():8}  {where}: {f['message']}")
+        if also:
+            lines.append(f"          {also.strip()[1:-1]}; --json lists every node")
+        if f["path"]:
+            lines.append(f"          path: {' -> '.join(f['path'])}")
+        if f["error_text"]:
+            lines.append(f"          TensorRT: {f['error_text']}")
+        lines.append(f"          fix: {f['remedy']}")
     blocking = sum(f.severity == BLOCKING for f in report.findings)
     fixable = sum(f.severity == BLOCKING and f.fix_pass is not None for f in report.findings)
     lines.append(f"{blocking} blocking ({fixable} fixable by graphfix passes: graphfix IN OUT --passes auto --trt {report.requested}), "
