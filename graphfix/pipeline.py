@@ -105,14 +105,16 @@ def _trt_version(text: str | None) -> TrtVersion | None:
         raise GraphfixError(f"--trt: {exc}") from exc
 
 
-def choose_passes(model: onnx.ModelProto, settings: Settings) -> list[Pass]:
+def choose_passes(model: onnx.ModelProto, settings: Settings, before=None) -> list[Pass]:
+    """The passes to run, in order (``before``: the input's check report for ``settings.trt``,
+    when already made)."""
     names = settings.passes
     if (isinstance(names, str) and names.strip() == "auto") or list(names) == ["auto"]:
         if settings.trt is None:
             raise GraphfixError("--passes auto needs --trt VERSION (the TensorRT release to target)")
         from graphfix.trt.check import check_model, passes_for
 
-        wanted = passes_for(check_model(model, settings.trt))
+        wanted = passes_for(before or check_model(model, settings.trt))
         return [p for p in registry.select("all", settings.skip) if p.name in wanted]
     if not isinstance(names, str) and any(isinstance(n, Pass) for n in names):
         custom = [n if isinstance(n, Pass) else registry.get(n) for n in names]
@@ -199,7 +201,8 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     _trt_version(settings.trt)
     for name in settings.force:
         registry.get(name)
-    chosen = choose_passes(model, settings)
+    before = _check(model, settings.trt)  # once: it chooses the passes for auto and opens the summary
+    chosen = choose_passes(model, settings, before)
     report = Report(source, target, settings.public())
     counter = verify.SessionCounter()
     step = progress or (lambda what: None)
@@ -210,18 +213,12 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         feeds = _feeds(model, settings, report, source)
 
     step("importing the graph")
-    was_enabled = gc.isenabled()
-    gc.disable()  # the import creates ~10 objects per node and frees none: collections are pure cost
-    try:
-        graph = to_graph(model)
-    finally:
-        if was_enabled:
-            gc.enable()
-    gc.freeze()
+    graph = to_graph(model)  # with the collector off
+    gc.freeze()  # and it never rescans the imported objects
     try:
         log = EditLog()
         if settings.verify and settings.verify_each:
-            return _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step)
+            return _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step, before)
         _run_passes(graph, chosen, settings, log, report, step)
         baseline = final_results = fixed = None
         if settings.verify:
@@ -233,7 +230,8 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
                 report.nodes.clear()
                 counter.count = 0
                 report.verification = "pass by pass (fallback: the end-to-end run disagreed although every region agreed)"
-                return _verify_each(model, to_graph(model), chosen, settings, report, feeds, counter, EditLog(), start, step)
+                return _verify_each(model, to_graph(model), chosen, settings, report, feeds, counter, EditLog(), start, step,
+                                    before)
         step("exporting the fixed model")
         if fixed is None:  # verification exports the model it checks: that one is returned
             fixed = to_parts(graph, model) if any(not e.undone for e in log.edits) else model
@@ -243,7 +241,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     report.sessions = counter.count
     outcome = Outcome(fixed, report, feeds, baseline, final_results)
     if settings.trt is not None:
-        report.trt = _trt_summary(model, outcome.model, settings.trt)
+        report.trt = _trt_summary(before, outcome.model, settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
     return outcome
 
@@ -354,7 +352,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source)
     return baseline, final, False, parts
 
 
-def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step) -> Outcome:
+def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step, before=None) -> Outcome:
     """Whole-pass checking: one session for the input plus one per changed pass (debugging, fallback)."""
     if not report.verification:
         report.verification = "pass by pass (--verify-each)"
@@ -391,7 +389,7 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
     fixed = to_model(graph, model) if any(not e.undone for e in log.edits) else model
     report.sessions = counter.count
     if settings.trt is not None:
-        report.trt = _trt_summary(model, fixed, settings.trt)
+        report.trt = _trt_summary(before or _check(model, settings.trt), fixed, settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
     return Outcome(fixed, report, feeds, baseline, state["results"])
 
@@ -403,9 +401,15 @@ def _invalid(model: onnx.ModelProto, full_check: bool) -> str | None:
         return str(exc)
 
 
-def _trt_summary(before: onnx.ModelProto, after: onnx.ModelProto, trt: str) -> dict[str, Any]:
-    """`graphfix check` before and after: what the target still rejects."""
+def _check(model: onnx.ModelProto, trt: str | None):
+    """`graphfix check` of ``model`` for ``trt`` (None without a target)."""
+    if trt is None:
+        return None
     from graphfix.trt.check import check_model
 
-    first, last = check_model(before, trt), check_model(after, trt)
-    return {"version": trt, "before": first.as_dict(), "after": last.as_dict()}
+    return check_model(model, trt)
+
+
+def _trt_summary(before, after: onnx.ModelProto, trt: str) -> dict[str, Any]:
+    """`graphfix check` before (the input's report) and after: what the target still rejects."""
+    return {"version": trt, "before": before.as_dict(), "after": _check(after, trt).as_dict()}

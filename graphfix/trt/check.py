@@ -10,8 +10,10 @@ message it will produce (from ``data/errors.json``) and the pass that fixes it, 
 
 from __future__ import annotations
 
+import functools
+import gc
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
@@ -73,6 +75,10 @@ class CheckFinding:
     def remedy(self) -> str:
         return self.fix_pass or "no rewrite: change the export"
 
+    def as_dict(self) -> dict[str, Any]:
+        """Its fields and remedy (dataclasses.asdict deep-copies: 3 s for 25k findings)."""
+        return {**vars(self), "path": list(self.path), "remedy": self.remedy}
+
 
 @dataclass
 class CheckReport:
@@ -89,23 +95,27 @@ class CheckReport:
     def as_dict(self) -> dict[str, Any]:
         return {
             "trt": self.requested, "version_used": self.version_used, "note": self.note, "opset": self.opset,
-            "blocking": self.blocking, "findings": [{**asdict(f), "remedy": f.remedy} for f in self.findings],
+            "blocking": self.blocking, "findings": [f.as_dict() for f in self.findings],
         }
 
 
 def check_model(model: onnx.ModelProto, trt: str) -> CheckReport:
     release = support.resolve(trt)
     graph = to_graph(model)
-    opset = default_opset(model)
-    findings = list(_opset_findings(opset, release))
-    folder = Folder(graph)
-    origins = ValueOrigins(folder)
-    ctx = Context(graph, Builder(graph, "check"), folder, release.version)
-    for g in all_graphs(graph):
-        ctx.graph = g
-        for node in list(g.nodes):
-            findings.extend(_node_findings(node, release, ctx, origins))
-    findings.extend(_weight_type_notes(model, release))
+    gc.freeze()  # the collector never rescans the imported graph (its full collections cost seconds there)
+    try:
+        opset = default_opset(model)
+        findings = list(_opset_findings(opset, release))
+        folder = Folder(graph)
+        origins = ValueOrigins(folder)
+        ctx = Context(graph, Builder(graph, "check"), folder, release.version)
+        for g in all_graphs(graph):
+            ctx.graph = g
+            for node in list(g.nodes):
+                findings.extend(_node_findings(node, release, ctx, origins))
+        findings.extend(_weight_type_notes(model, release))
+    finally:
+        gc.unfreeze()
     return CheckReport(trt, release.key, release.note, opset, findings)
 
 
@@ -161,7 +171,7 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
                        rule="no-importer", evidence=source)
         return
     claimed = False
-    for p in passes.all_passes():
+    for p in _passes_for_op().get(node.op, ()):
         rule = p.why(node, ctx)  # the rule of this pass that holds for this release, if any
         if rule is not None:
             claimed = True
@@ -172,6 +182,17 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
     if not claimed:
         yield from _shape_tensor_findings(node, origins)
         yield from _type_findings(node, entry, release)
+
+
+@functools.cache
+def _passes_for_op() -> dict[str, list[passes.Pass]]:
+    """Per op type, the passes that look at it, in pipeline order (28 passes x every node was
+    most of a check's time on a big export)."""
+    by_op: dict[str, list[passes.Pass]] = {}
+    for p in passes.all_passes():
+        for op in p.ops:
+            by_op.setdefault(op, []).append(p)
+    return by_op
 
 
 def _fixing_pass(node: gs.Node, ctx: Context) -> str | None:
