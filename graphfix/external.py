@@ -59,8 +59,9 @@ def load_small(model: onnx.ModelProto, base_dir: Path) -> None:
 
 
 def session(model: onnx.ModelProto, base_dir: Path | str | None):
-    """An onnxruntime CPU session; external data is read from ``base_dir`` by onnxruntime itself
-    (the model is serialized without its weights, so nothing is copied).
+    """An onnxruntime CPU session; external data is read from ``base_dir`` by onnxruntime itself,
+    and big inline initializers are handed over as OrtValues over their bytes (see
+    :func:`_hand_over`), so the session gets no serialized copy of the weights.
 
     Tuned for the few runs verification makes, on graphs of any size: graph optimizations off
     (both sides run the graph's own ops; on a 100k-node export creating the session took 34.7 s
@@ -75,9 +76,68 @@ def session(model: onnx.ModelProto, base_dir: Path | str | None):
         if base_dir is None:
             raise GraphfixError("the model references external data but its folder is unknown (load it from a path)")
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
+    stub, names, arrays = _hand_over(model)
+    values = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]
+    if names:
+        options.add_external_initializers(names, values)
     from graphfix.model_io import serialized
 
-    return ort.InferenceSession(serialized(model), options, providers=["CPUExecutionProvider"])
+    made = ort.InferenceSession(serialized(stub), options, providers=["CPUExecutionProvider"])
+    made.graphfix_weights = (values, arrays)  # onnxruntime reads them in place: alive as long as the session
+    return made
+
+
+def _node_inputs(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor a node of the graph or of its bodies reads."""
+    names: set[str] = set()
+    for n in graph.node:
+        names.update(n.input)
+        for a in n.attribute:
+            for g in [a.g] if a.HasField("g") else list(a.graphs):
+                names |= _node_inputs(g)
+    return names
+
+
+#: Inline initializers of at least this many bytes go to onnxruntime as OrtValues over their bytes.
+HAND_OVER_ABOVE = 4096
+_HANDED_OVER = "graphfix-handed-over.data"
+#: Element types handed over (numpy arrays onnxruntime takes as they are).
+_PLAIN = {np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+                                np.uint8, np.uint16, np.uint32, np.uint64, np.bool_)}
+
+
+def _hand_over(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str], list[np.ndarray]]:
+    """The model with its big inline initializers as external-data stubs, their names, and their
+    values as arrays over the tensors' bytes: serializing them into the session's model, and
+    onnxruntime's copy of that, were two more copies of every weight per verification session."""
+    from graphfix.model_io import copy_fields, tensor_bytes
+
+    picked: dict[int, np.ndarray] = {}
+    read = _node_inputs(model.graph)  # onnxruntime drops unread initializers, then cannot replace them
+    for k, t in enumerate(model.graph.initializer):
+        size = tensor_bytes(t)
+        if is_external(t) or not t.HasField("raw_data") or size is None or size < HAND_OVER_ABOVE or t.name not in read:
+            continue
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type))
+        if dtype in _PLAIN and len(t.raw_data) == size:
+            picked[k] = np.frombuffer(t.raw_data, dtype=dtype).reshape(tuple(t.dims))
+    if not picked:
+        return model, [], []
+    stub = onnx.ModelProto()
+    copy_fields(model, stub, skip="graph")
+    stub.graph.SetInParent()
+    copy_fields(model.graph, stub.graph, skip="initializer")
+    for k, t in enumerate(model.graph.initializer):
+        if k not in picked:
+            stub.graph.initializer.append(t)
+            continue
+        s = stub.graph.initializer.add()
+        s.name, s.data_type, s.data_location = t.name, t.data_type, onnx.TensorProto.EXTERNAL
+        s.dims.extend(t.dims)
+        entry = s.external_data.add()
+        entry.key, entry.value = "location", _HANDED_OVER
+    names = [model.graph.initializer[k].name for k in picked]
+    return stub, names, list(picked.values())
 
 
 # ------------------------------------------------------------------------------ writing

@@ -99,3 +99,34 @@ def test_model_over_2_gib_is_read_fixed_written_and_runs(tmp_path: Path):
     assert (tmp_path / "fixed.onnx.data").stat().st_size >= 4 * 12288 * 12288 * 4 > 2**31
     x = np.ones((1, 12288), np.float32)
     np.testing.assert_allclose(_run(out, x), _run(src, x), rtol=1e-5)
+
+
+def test_sessions_get_big_inline_weights_as_values_not_serialized(tmp_path):
+    """Verification sessions: big inline initializers go to onnxruntime as OrtValues over their
+    bytes (the serialized model holds stubs), small ones and external ones as before; the
+    outputs are onnxruntime's own on the plain model."""
+    from graphfix import external
+    from graphfix.model_io import serialized
+
+    m = _chain(3, 64)
+    m.graph.initializer.append(numpy_helper.from_array(np.ones((4,), np.float32), "small"))
+    stub, names, arrays = external._hand_over(m)
+    assert names == ["w0", "w1", "w2"] and all(a.shape == (64, 64) for a in arrays)
+    assert len(serialized(stub)) < 4096 and len(serialized(m)) > 3 * 64 * 64 * 4
+    np.testing.assert_array_equal(arrays[1], numpy_helper.to_array(m.graph.initializer[1]))
+    x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    got = external.session(m, None).run(None, {"x": x})[0]
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
+    # mixed with real external data (those stay references onnxruntime reads from the folder),
+    # and an initializer no node reads (onnxruntime drops it: it must stay inline)
+    base = _chain(2, 1024)
+    base.graph.node.append(helper.make_node("Add", [base.graph.output[0].name, "bias"], ["z"]))
+    base.graph.output[0].name = "z"
+    base.graph.initializer.append(numpy_helper.from_array(np.full((1, 1024), 0.5, np.float32), "bias"))
+    onnx.save(base, str(tmp_path / "ext.onnx"), save_as_external_data=True, location="e.bin", size_threshold=8192)
+    ext = onnx.load(str(tmp_path / "ext.onnx"), load_external_data=False)
+    ext.graph.initializer.append(numpy_helper.from_array(np.ones((64, 64), np.float32), "unread"))
+    assert external._hand_over(ext)[1] == ["bias"]
+    x = np.random.default_rng(1).standard_normal((1, 1024)).astype(np.float32)
+    np.testing.assert_array_equal(external.session(ext, tmp_path).run(None, {"x": x})[0], _run(tmp_path / "ext.onnx", x))
