@@ -20,6 +20,7 @@ from support import (
     runnable,
 )
 
+import graphfix
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, INT32, INT64, init, inp, model, node, out
 from graphfix import passes
@@ -172,3 +173,18 @@ def test_random_fold_geometry(g):
 @given(g=geometries())
 def test_random_fold_geometry_slow(g):
     _check_geometry(g)
+
+
+@pytest.mark.parametrize("args", [([9], [3], [2], [0, 0], [1]), ([7, 6, 6], [2, 2, 2], [2, 1, 2], [0] * 6, [1, 1, 1])],
+                         ids=["1-D", "3-D"])
+def test_verified_where_onnxruntime_col2im_is_wrong(args):
+    """onnxruntime misplaces multi-channel 1-D/3-D Col2Im blocks with dilation > 1; verification
+    then runs the ONNX reference evaluator, so the correct rewrite is kept, not rolled back."""
+    from graphfix import verify
+
+    m, shape = _fold_model(*args, batch=1, channels=2, dynamic=False)
+    assert verify._wrong_in_onnxruntime(m) == (not verify._onnxruntime_col2im_dilation_ok())
+    result = graphfix.fix(m, NAME, val_range={"x": (-1.0, 1.0)})
+    assert result.report.passes[0].verdict == "kept", result.report.passes[0].reason
+    x = np.random.default_rng(5).uniform(-1, 1, shape).astype(np.float32)
+    np.testing.assert_allclose(ort_run(result.model, {"x": x})[0], _col2im(x, *args), atol=1e-5, rtol=1e-5)
