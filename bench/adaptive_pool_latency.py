@@ -12,19 +12,19 @@ ratio says what exactness costs. Single-threaded onnxruntime, fp32, best of repe
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _latency import latency_us  # noqa: E402
 
 from fixtures.recipes._onnx import FLOAT, const, inp, model, node, out  # noqa: E402
 from fixtures.recipes.aten_fallback import aten, aten_model  # noqa: E402
 from graphfix import passes  # noqa: E402
-from graphfix.model_io import runtime_compatible  # noqa: E402
 
 CASES = [(256, 13, 7, "avg"), (256, 14, 7, "avg"), (512, 20, 7, "avg"), (64, 56, 9, "avg"), (256, 13, 7, "max"), (64, 56, 9, "max")]
 
@@ -42,28 +42,12 @@ def one_pool(c: int, hw: int, o: int, mode: str) -> onnx.ModelProto:
                  [inp("x", FLOAT, [1, c, hw, hw])], [out("y", FLOAT, [1, c, o, o])])
 
 
-def latency_us(m: onnx.ModelProto, x: np.ndarray) -> float:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(runtime_compatible(m).SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    sess.run(None, {"x": x})
-    best = float("inf")
-    for _ in range(5):
-        start, k = time.perf_counter(), 0
-        while time.perf_counter() - start < 0.1:
-            sess.run(None, {"x": x})
-            k += 1
-        best = min(best, (time.perf_counter() - start) / k)
-    return best * 1e6
-
-
 def main() -> None:
     print("| input -> output | mode | one pool exact? | rewrite | one pool | ratio |")
     print("|---|---|---|---|---|---|")
     for c, hw, o, mode in CASES:
         x = np.random.default_rng(0).random((1, c, hw, hw), np.float32)
-        a, b = latency_us(rewritten(c, hw, o, mode), x), latency_us(one_pool(c, hw, o, mode), x)
+        a, b = latency_us(rewritten(c, hw, o, mode), {"x": x}), latency_us(one_pool(c, hw, o, mode), {"x": x})
         exact = "yes" if hw % o == 0 else "no"
         print(f"| {c}x{hw}x{hw} -> {o}x{o} | {mode} | {exact} | {a:.0f} us | {b:.0f} us | {a / b:.2f}x |")
 

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _latency import latency_us  # noqa: E402
 
 from graphfix import passes  # noqa: E402
 from graphfix.graph import Builder, replace_tensor, to_graph, to_model  # noqa: E402
@@ -44,22 +45,6 @@ def scan(model: onnx.ModelProto, n: int) -> onnx.ModelProto:
     return to_model(graph, model)
 
 
-def latency_us(model: onnx.ModelProto, x: np.ndarray) -> float:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    sess.run(None, {"x": x})
-    best = float("inf")
-    for _ in range(5):
-        start, k = time.perf_counter(), 0
-        while time.perf_counter() - start < 0.1:
-            sess.run(None, {"x": x})
-            k += 1
-        best = min(best, (time.perf_counter() - start) / k)
-    return best * 1e6
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=64)
@@ -72,7 +57,7 @@ def main(argv: list[str]) -> int:
         m = native(args.rows, n)
         chosen = passes.get("cumsum-decompose").apply(m).model
         biggest = max((int(np.prod(t.dims)) for t in chosen.graph.initializer), default=0)
-        t_native, t_chosen, t_scan = latency_us(m, x), latency_us(chosen, x), latency_us(scan(m, n), x)
+        t_native, t_chosen, t_scan = latency_us(m, {"x": x}), latency_us(chosen, {"x": x}), latency_us(scan(m, n), {"x": x})
         print(f"| {n} | {t_native:.0f} | {t_chosen:.0f} | {t_chosen / t_native:.2f}x | {biggest} | {t_scan:.0f} | {t_scan / t_native:.2f}x |")
     return 0
 

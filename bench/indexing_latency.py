@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _latency import latency_us  # noqa: E402
 
 from graphfix import passes  # noqa: E402
 
@@ -82,22 +83,6 @@ CASES = {
     "ScatterND KV-cache 1 of 2048 positions": kv_cache,
     "ScatterElements amax 512 edges x 64 into 100": scatter_amax,
 }
-
-
-def latency_us(model: onnx.ModelProto, feeds: dict[str, np.ndarray], repeat: int) -> float:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    sess.run(None, feeds)
-    best = float("inf")
-    for _ in range(repeat):
-        start, k = time.perf_counter(), 0
-        while time.perf_counter() - start < 0.1:
-            sess.run(None, feeds)
-            k += 1
-        best = min(best, (time.perf_counter() - start) / k)
-    return best * 1e6
 
 
 def main(argv: list[str]) -> int:

@@ -115,6 +115,21 @@ def freeze_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx
     return m
 
 
+def check_scatter_node_case(case, frozen: bool, pass_name: str) -> None:
+    """An official Scatter* node case through ``pass_name``, its indices as a runtime input or
+    frozen into an initializer (exports have both): rewritten, and equal to the expected output."""
+    op = case.model.graph.node[0].op_type
+    for inputs, expected in case.data_sets:
+        feeds = case_feeds(case.model, inputs)
+        m = runnable(case.model, 18)
+        if frozen:
+            m = freeze_inputs(m, {"indices": feeds.pop("indices")})
+        result = check_rewrite(m, pass_name, feeds)
+        assert op not in [n.op_type for n in result.model.graph.node]
+        for got, want in zip(ort_run(result.model, feeds), expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def check_fixture(fx, pass_name: str, atol: float = 1e-6, rtol: float = 1e-6, seed: int = 0) -> PassResult:
     """A fixture reproduces its pattern, and the pass rewrites it with equal onnxruntime outputs."""
     m = fx.build()

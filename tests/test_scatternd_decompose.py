@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import case_feeds, check_fixture, check_rewrite, freeze_inputs, node_cases, ort_run, runnable
+from support import (
+    check_fixture,
+    check_rewrite,
+    check_scatter_node_case,
+    node_cases,
+    ort_run,
+)
 
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import BOOL, FLOAT, INT64, init, inp, model, node, out
@@ -100,15 +106,7 @@ def test_runtime_reduction_claimed_once():
 @pytest.mark.parametrize("case", node_cases("ScatterND"), ids=lambda c: c.name)
 @pytest.mark.parametrize("frozen", [False, True], ids=["runtime", "constant"])
 def test_onnx_node_cases(case, frozen):
-    for inputs, expected in case.data_sets:
-        feeds = case_feeds(case.model, inputs)
-        m = runnable(case.model, 18)
-        if frozen:
-            m = freeze_inputs(m, {"indices": feeds.pop("indices")})
-        result = check_rewrite(m, "scatternd-decompose", feeds)
-        assert "ScatterND" not in _ops(result.model)
-        for got, want in zip(ort_run(result.model, feeds), expected, strict=True):
-            np.testing.assert_allclose(got, want, rtol=1e-6)
+    check_scatter_node_case(case, frozen, "scatternd-decompose")
 
 
 @st.composite
