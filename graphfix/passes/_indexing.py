@@ -177,11 +177,19 @@ def neutral(reduction: str, dtype: np.dtype) -> np.ndarray:
     return np.array(info.min if reduction == "max" else info.max, dtype)
 
 
-def check_reduction(reduction: str, dtype: np.dtype | None) -> None:
+def scatter_operands(node: gs.Node) -> tuple[gs.Tensor, gs.Tensor, gs.Tensor, str, np.dtype | None]:
+    """(data, indices, updates, reduction, data type) of a ScatterND/ScatterElements node, or Skip
+    when graphfix does not rewrite it (an unknown reduction, a reduction on non-numbers, unknown ranks)."""
+    data, indices, updates = node.inputs
+    reduction = str(node.attrs.get("reduction", "none"))
+    dtype = tensor_dtype(data)
     if reduction != "none" and reduction not in REDUCE:
         raise Skip(f"reduction={reduction!r} is not one graphfix knows")
     if reduction != "none" and (dtype is None or dtype.kind not in "fiu"):
         raise Skip(f"reduction={reduction!r} on {dtype} data is not rewritten (numbers only)")
+    if data.shape is None or indices.shape is None:
+        raise Skip("input ranks are unknown (run shape inference upstream)")
+    return data, indices, updates, reduction, dtype
 
 
 # ------------------------------------------------------------ constant kernel

@@ -36,13 +36,12 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Builder, replace_tensor, static_shape, tensor_dtype
+from graphfix.graph import Builder, replace_tensor, static_shape
 from graphfix.passes._indexing import (
     MAX_MAP_ENTRIES,
     Dim,
     as_int64,
     check_grid,
-    check_reduction,
     dims_of,
     gather_written,
     known_nonnegative,
@@ -52,6 +51,7 @@ from graphfix.passes._indexing import (
     one_hot,
     reduce_into,
     same_dim,
+    scatter_operands,
     scatter_rows_constant,
     shape_tensor,
 )
@@ -65,12 +65,7 @@ def _reduction(node: gs.Node, ctx: Context) -> bool:
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
-    data, indices, updates = node.inputs
-    reduction = str(node.attrs.get("reduction", "none"))
-    dtype = tensor_dtype(data)
-    check_reduction(reduction, dtype)
-    if data.shape is None or indices.shape is None:
-        raise Skip("input ranks are unknown (run shape inference upstream)")
+    data, indices, updates, reduction, dtype = scatter_operands(node)
     rank = len(data.shape)
     axis = int(node.attrs.get("axis", 0)) % rank
     b = ctx.builder

@@ -43,13 +43,12 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Builder, replace_tensor, tensor_dtype
+from graphfix.graph import Builder, replace_tensor
 from graphfix.passes._indexing import (
     MAX_FACTORED_UPDATES,
     MAX_MAP_ENTRIES,
     Dim,
     check_grid,
-    check_reduction,
     dims_of,
     gather_written,
     known_nonnegative,
@@ -61,6 +60,7 @@ from graphfix.passes._indexing import (
     one_hot,
     reduce_into,
     restore_shape,
+    scatter_operands,
     scatter_rows_constant,
     shape_tensor,
 )
@@ -73,12 +73,7 @@ def _runtime_reduction(node: gs.Node, ctx: Context) -> bool:
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
-    data, indices, updates = node.inputs
-    reduction = str(node.attrs.get("reduction", "none"))
-    dtype = tensor_dtype(data)
-    check_reduction(reduction, dtype)
-    if data.shape is None or indices.shape is None:
-        raise Skip("input ranks are unknown (run shape inference upstream)")
+    data, indices, updates, reduction, dtype = scatter_operands(node)
     k = indices.shape[-1]
     if not isinstance(k, (int, np.integer)) or k < 1:
         raise Skip("the last dim of indices is not static")
