@@ -35,7 +35,14 @@ from graphfix.errors import GraphfixError
 from graphfix.graph import Builder, Folder, to_graph, to_model
 from graphfix.graph.convert import all_graphs, to_parts
 from graphfix.graph.edits import EditLog, live_nodes
-from graphfix.model_io import Assembled, checker_problem, first_line, passes_full_check, runtime_compatible
+from graphfix.model_io import (
+    Assembled,
+    checker_problem,
+    default_opset,
+    first_line,
+    passes_full_check,
+    runtime_compatible,
+)
 from graphfix.passes.base import Context, Pass
 from graphfix.report import ERROR, KEPT, ROLLED_BACK, UNCHANGED, UNVERIFIED, PassRecord, Report
 from graphfix.trt.versions import TrtVersion
@@ -241,7 +248,8 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     report.sessions = counter.count
     outcome = Outcome(fixed, report, feeds, baseline, final_results)
     if settings.trt is not None:
-        report.trt = _trt_summary(before, outcome.model, settings.trt)
+        after = _check_fixed(graph, fixed, settings.trt) if isinstance(fixed, Assembled) else _check(fixed, settings.trt)
+        report.trt = _trt_summary(before, after, settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
     return outcome
 
@@ -389,7 +397,7 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
     fixed = to_model(graph, model) if any(not e.undone for e in log.edits) else model
     report.sessions = counter.count
     if settings.trt is not None:
-        report.trt = _trt_summary(before or _check(model, settings.trt), fixed, settings.trt)
+        report.trt = _trt_summary(before or _check(model, settings.trt), _check(fixed, settings.trt), settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
     return Outcome(fixed, report, feeds, baseline, state["results"])
 
@@ -410,6 +418,14 @@ def _check(model: onnx.ModelProto, trt: str | None):
     return check_model(model, trt)
 
 
-def _trt_summary(before, after: onnx.ModelProto, trt: str) -> dict[str, Any]:
+def _check_fixed(graph: gs.Graph, fixed: Assembled, trt: str):
+    """`graphfix check` of the fixed model on the graph it was exported from (pruned and sorted
+    by the export): no second import, and the weights are not copied into one ModelProto."""
+    from graphfix.trt.check import check_graph
+
+    return check_graph(graph, trt, default_opset(fixed.stub), {t.data_type for t in fixed.initializers})
+
+
+def _trt_summary(before, after, trt: str) -> dict[str, Any]:
     """`graphfix check` before (the input's report) and after: what the target still rejects."""
-    return {"version": trt, "before": before.as_dict(), "after": _check(after, trt).as_dict()}
+    return {"version": trt, "before": before.as_dict(), "after": after.as_dict()}

@@ -100,11 +100,16 @@ class CheckReport:
 
 
 def check_model(model: onnx.ModelProto, trt: str) -> CheckReport:
+    """What TensorRT release ``trt``'s parser will reject in ``model``, node by node."""
+    return check_graph(to_graph(model), trt, default_opset(model), {t.data_type for t in model.graph.initializer})
+
+
+def check_graph(graph: gs.Graph, trt: str, opset: int, weight_types: set[int]) -> CheckReport:
+    """:func:`check_model` on an imported graph (the pipeline checks its fixed graph in place
+    rather than importing the exported model again); ``weight_types``: the initializers' ONNX types."""
     release = support.resolve(trt)
-    graph = to_graph(model)
     gc.freeze()  # the collector never rescans the imported graph (its full collections cost seconds there)
     try:
-        opset = default_opset(model)
         findings = list(_opset_findings(opset, release))
         folder = Folder(graph)
         origins = ValueOrigins(folder)
@@ -113,7 +118,7 @@ def check_model(model: onnx.ModelProto, trt: str) -> CheckReport:
             ctx.graph = g
             for node in list(g.nodes):
                 findings.extend(_node_findings(node, release, ctx, origins))
-        findings.extend(_weight_type_notes(model, release))
+        findings.extend(_weight_type_notes(weight_types, release))
     finally:
         gc.unfreeze()
     return CheckReport(trt, release.key, release.note, opset, findings)
@@ -250,8 +255,7 @@ def _type_findings(node: gs.Node, entry: support.OpSupport, release: support.Rel
                    "type-restricted-ops", prefer=node.op, exact=True)
 
 
-def _weight_type_notes(model: onnx.ModelProto, release: support.Release) -> Iterator[CheckFinding]:
-    kinds = {t.data_type for t in model.graph.initializer}
+def _weight_type_notes(kinds: set[int], release: support.Release) -> Iterator[CheckFinding]:
     if onnx.TensorProto.INT64 in kinds and release.version < TrtVersion("9.0"):
         yield _finding(None, WARNING, "INT64 initializers are cast down to INT32 (values outside int32 are clamped)", "int64-weights-cast-down")
     if onnx.TensorProto.DOUBLE in kinds:
