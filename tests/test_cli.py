@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import onnx
@@ -13,6 +15,8 @@ import pytest
 from fixtures.recipes import fold_clip
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
 from graphfix.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "fold_clip" / "superpoint_descriptor_norm.onnx"
 
@@ -162,3 +166,13 @@ def test_strict_exit_code(src, tmp_path, monkeypatch, capsys):
     dst = tmp_path / "out.onnx"
     assert main([str(src), str(dst), "--strict", "--input-shapes", "feat:1x4x2x2"]) == 1
     assert "simulated failure" in capsys.readouterr().err and not dst.exists()
+
+
+def test_python_dash_m_is_the_command(tmp_path):
+    out = tmp_path / "fixed.onnx"
+    proc = subprocess.run([sys.executable, "-m", "graphfix", str(ROOT / "fixtures" / "demo" / "superglue_matcher.onnx"), str(out),
+                           "--no-verify", "--quiet"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert out.exists() and proc.stderr == ""
+    bad = subprocess.run([sys.executable, "-m", "graphfix", str(tmp_path / "missing.onnx"), str(out)], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("graphfix: error:") and "Traceback" not in bad.stderr
