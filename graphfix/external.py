@@ -58,7 +58,7 @@ def load_small(model: onnx.ModelProto, base_dir: Path) -> None:
             del t.external_data[:]
 
 
-def session(model: onnx.ModelProto, base_dir: Path | str | None):
+def session(model, base_dir: Path | str | None):
     """An onnxruntime CPU session; external data is read from ``base_dir`` by onnxruntime itself,
     and big inline initializers are handed over as OrtValues over their bytes (see
     :func:`_hand_over`), so the session gets no serialized copy of the weights.
@@ -72,11 +72,14 @@ def session(model: onnx.ModelProto, base_dir: Path | str | None):
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.enable_mem_pattern = False
-    if has_external(model):
+    from graphfix.model_io import Assembled
+
+    parts = model if isinstance(model, Assembled) else Assembled.of(model)
+    if any(is_external(t) for t in parts.initializers):
         if base_dir is None:
             raise GraphfixError("the model references external data but its folder is unknown (load it from a path)")
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
-    stub, names, arrays = _hand_over(model)
+    stub, names, arrays = _hand_over(parts)
     values = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]
     if names:
         options.add_external_initializers(names, values)
@@ -106,28 +109,25 @@ _PLAIN = {np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.
                                 np.uint8, np.uint16, np.uint32, np.uint64, np.bool_)}
 
 
-def _hand_over(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str], list[np.ndarray]]:
-    """The model with its big inline initializers as external-data stubs, their names, and their
-    values as arrays over the tensors' bytes: serializing them into the session's model, and
-    onnxruntime's copy of that, were two more copies of every weight per verification session."""
-    from graphfix.model_io import copy_fields, tensor_bytes
+def _hand_over(parts) -> tuple[onnx.ModelProto, list[str], list[np.ndarray]]:
+    """The model (an :class:`~graphfix.model_io.Assembled`) as one ModelProto whose big inline
+    initializers are external-data stubs, their names, and their values as arrays over the
+    tensors' bytes: serializing them into the session's model, and onnxruntime's copy of that,
+    were two more copies of every weight per verification session."""
+    from graphfix.model_io import tensor_bytes
 
     picked: dict[int, np.ndarray] = {}
-    read = _node_inputs(model.graph)  # onnxruntime drops unread initializers, then cannot replace them
-    for k, t in enumerate(model.graph.initializer):
+    read = _node_inputs(parts.stub.graph)  # onnxruntime drops unread initializers, then cannot replace them
+    for k, t in enumerate(parts.initializers):
         size = tensor_bytes(t)
         if is_external(t) or not t.HasField("raw_data") or size is None or size < HAND_OVER_ABOVE or t.name not in read:
             continue
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type))
         if dtype in _PLAIN and len(t.raw_data) == size:
             picked[k] = np.frombuffer(t.raw_data, dtype=dtype).reshape(tuple(t.dims))
-    if not picked:
-        return model, [], []
     stub = onnx.ModelProto()
-    copy_fields(model, stub, skip="graph")
-    stub.graph.SetInParent()
-    copy_fields(model.graph, stub.graph, skip="initializer")
-    for k, t in enumerate(model.graph.initializer):
+    stub.CopyFrom(parts.stub)
+    for k, t in enumerate(parts.initializers):
         if k not in picked:
             stub.graph.initializer.append(t)
             continue
@@ -136,8 +136,7 @@ def _hand_over(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str], list
         s.dims.extend(t.dims)
         entry = s.external_data.add()
         entry.key, entry.value = "location", _HANDED_OVER
-    names = [model.graph.initializer[k].name for k in picked]
-    return stub, names, list(picked.values())
+    return stub, [parts.initializers[k].name for k in picked], list(picked.values())
 
 
 # ------------------------------------------------------------------------------ writing

@@ -120,10 +120,7 @@ def _estimate(initializers, nodes: int) -> int:
 def weightless(model: onnx.ModelProto, external_stubs: bool = False) -> onnx.ModelProto:
     """A copy of ``model`` whose big initializers keep their name, type and dims but no data
     (``external_stubs``: marked as external data in ``_STUB_DATA``, which the checker accepts)."""
-    stub = onnx.ModelProto()
-    copy_fields(model, stub, skip="graph")
-    stub.graph.SetInParent()
-    copy_fields(model.graph, stub.graph, skip="initializer")
+    stub = Assembled.of(model).stub
     for t in model.graph.initializer:
         if elements(t) <= WEIGHTLESS_ABOVE and t.data_location != onnx.TensorProto.EXTERNAL:
             stub.graph.initializer.append(t)
@@ -344,6 +341,23 @@ class Assembled:
         self.stub, self.initializers = stub, initializers
         self._proto: onnx.ModelProto | None = None
 
+    @classmethod
+    def of(cls, model: onnx.ModelProto, to_edit: bool = False) -> Assembled:
+        """A ModelProto's parts: its initializers referenced, the rest copied (no weights).
+        ``to_edit``: the parts will be changed, so :meth:`proto` must not hand back ``model``."""
+        stub = onnx.ModelProto()
+        copy_fields(model, stub, skip="graph")
+        stub.graph.SetInParent()
+        copy_fields(model.graph, stub.graph, skip="initializer")
+        parts = cls(stub, list(model.graph.initializer))
+        parts._proto = None if to_edit else model
+        return parts
+
+    def compatible(self) -> Assembled:
+        """With an IR version the installed onnxruntime reads (the stub holds no weights)."""
+        stub = runtime_compatible(self.stub)
+        return self if stub is self.stub else Assembled(stub, self.initializers)
+
     def proto(self) -> onnx.ModelProto:
         if self._proto is None:
             model = onnx.ModelProto()
@@ -371,7 +385,7 @@ def save_model(model: onnx.ModelProto | Assembled, path: str | os.PathLike, base
     if isinstance(model, Assembled):
         inline = external_data is None and not any(external.is_external(t) for t in model.initializers)
         if inline and model.size() <= _PROTO_LIMIT:
-            parts = Assembled(runtime_compatible(model.stub), model.initializers)  # the stub holds no weights
+            parts = model.compatible()
             write_atomic(path, lambda fh: write_streamed(parts, fh))
             return None
         model = model.proto()
@@ -432,13 +446,8 @@ def write_streamed(model: onnx.ModelProto | Assembled, fh, replace=None) -> None
     initializers followed by one ``graph { initializer: t }`` record per tensor parses to the same
     model (initializers in the same order), with one tensor's bytes in memory at a time.
     """
-    if isinstance(model, Assembled):
-        stub, initializers = model.stub, model.initializers
-    else:
-        stub, initializers = onnx.ModelProto(), model.graph.initializer
-        copy_fields(model, stub, skip="graph")
-        stub.graph.SetInParent()
-        copy_fields(model.graph, stub.graph, skip="initializer")
+    parts = model if isinstance(model, Assembled) else Assembled.of(model)
+    stub, initializers = parts.stub, parts.initializers
     fh.write(stub.SerializeToString())
     for k, t in enumerate(initializers):
         written = replace(k, t) if replace is not None else None

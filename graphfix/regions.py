@@ -22,6 +22,7 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphfix.graph.convert import all_graphs
 from graphfix.graph.edits import Edit, live_nodes
+from graphfix.model_io import Assembled
 
 
 @dataclass(eq=False)
@@ -118,12 +119,12 @@ def _toposorted(nodes: list[gs.Node]) -> list[gs.Node]:
     return order
 
 
-def probe_model(original: onnx.ModelProto, regs: list[Region]) -> onnx.ModelProto:
-    """The original model plus a renamed copy of each checkable region, both values exposed."""
-    probe = onnx.ModelProto()
-    probe.CopyFrom(original)
-    g = probe.graph
-    initializers = {t.name for t in g.initializer}
+def probe_model(original: onnx.ModelProto, regs: list[Region]) -> Assembled:
+    """The original model plus a renamed copy of each checkable region, both values exposed; its
+    weights are the original's protos (not a copy of them)."""
+    probe = Assembled.of(original, to_edit=True)
+    g = probe.stub.graph
+    initializers = {t.name for t in original.graph.initializer}
     exposed = {o.name for o in g.output}
 
     def expose(name: str) -> None:
@@ -142,7 +143,7 @@ def probe_model(original: onnx.ModelProto, regs: list[Region]) -> onnx.ModelProt
             for t in n.inputs:
                 if isinstance(t, gs.Constant) and t.name not in initializers and t.name not in rename:
                     rename[t.name] = prefix + t.name
-                    g.initializer.append(numpy_helper.from_array(np.asarray(t.values), prefix + t.name))
+                    probe.initializers.append(numpy_helper.from_array(np.asarray(t.values), prefix + t.name))
         for n in r.nodes:
             proto = OnnxExporter.export_node(n)
             proto.name = prefix + (proto.name or n.op)

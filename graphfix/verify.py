@@ -24,7 +24,7 @@ from polygraphy.comparator.struct import IterationResult
 from polygraphy.logger import G_LOGGER
 
 from graphfix.errors import GraphfixError
-from graphfix.model_io import first_line, runtime_compatible
+from graphfix.model_io import Assembled, first_line, runtime_compatible
 
 Feeds = list[dict[str, np.ndarray]]
 #: Default value range of float inputs.
@@ -183,17 +183,20 @@ def session(model: onnx.ModelProto, base_dir=None):
     return external.session(runtime_compatible(model), base_dir)
 
 
-def run(model: onnx.ModelProto, feeds: Feeds, name: str, counter: SessionCounter | None = None, base_dir=None) -> RunResults:
-    """One onnxruntime session for ``model``, run on every feed (``base_dir``: where its external
-    data lives; onnxruntime reads it from there)."""
-    if any(n.op_type == "ATen" for n in model.graph.node) or _wrong_in_onnxruntime(model):
+def run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: SessionCounter | None = None,
+        base_dir=None) -> RunResults:
+    """One onnxruntime session for ``model`` (a ModelProto, or an Assembled one whose weights are
+    another model's protos), run on every feed (``base_dir``: where its external data lives;
+    onnxruntime reads it from there)."""
+    parts = model if isinstance(model, Assembled) else Assembled.of(model)
+    if any(n.op_type == "ATen" for n in parts.stub.graph.node) or _wrong_in_onnxruntime(parts.stub):
         from graphfix.aten_reference import run_results  # the ONNX reference evaluator
 
-        return run_results(model, feeds, name)
+        return run_results(parts.proto(), feeds, name)
     from graphfix import external
 
-    model = runtime_compatible(model)
-    runner = OnnxrtRunner(lambda: external.session(model, base_dir), name=name)
+    parts = parts.compatible()
+    runner = OnnxrtRunner(lambda: external.session(parts, base_dir), name=name)
     if counter is not None:
         counter.count += 1
     with quiet_polygraphy():
