@@ -184,6 +184,8 @@ _FIELDS = {
     _T.COMPLEX128: ("double_data", 2), _T.INT64: ("int64_data", 1), _T.UINT32: ("uint64_data", 1),
     _T.UINT64: ("uint64_data", 1), _T.STRING: ("string_data", 1),
 }
+#: The element types this onnx knows (a corrupt file can carry any number).
+_ELEMENT_TYPES = frozenset(_T.DataType.values())
 _FOUR_BIT = {getattr(_T, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(_T, n)}
 
 
@@ -204,6 +206,8 @@ def _graph_problem(graph: onnx.GraphProto) -> str | None:
                 dims = [d.dim_value for d in vi.type.tensor_type.shape.dim if d.dim_value < 0]
                 if dims:
                     return f"{kind} '{vi.name}' declares dimension {dims[0]} (dimensions are >= 0)"
+                if vi.type.tensor_type.elem_type not in _ELEMENT_TYPES:
+                    return f"{kind} '{vi.name}' declares an unknown element type ({vi.type.tensor_type.elem_type})"
     tensors = list(graph.initializer)
     for n in graph.node:
         try:
@@ -222,6 +226,8 @@ def _graph_problem(graph: onnx.GraphProto) -> str | None:
     for t in tensors:
         if not isinstance(t.name, str):
             return f"a tensor name is not valid UTF-8 ({t.name[:40]!r})"
+        if t.data_type not in _ELEMENT_TYPES or t.data_type == _T.UNDEFINED:
+            return f"tensor '{t.name}' has an unknown element type ({t.data_type})"
         found = _size_problem(t)
         if found:
             return found

@@ -661,3 +661,33 @@ def test_api_load_inputs_from_a_file(src, tmp_path):
     assert graphfix.fix(src, inputs=path).outcome.feeds[0]["feat"].shape == (1, 4, 3, 3)
     with pytest.raises(GraphfixError, match="not a regular file"):
         graphfix.fix(src, inputs="/dev/zero")
+
+
+def _corrupt(kind: str) -> onnx.ModelProto:
+    """A MatMul model with one corruption a bit flip or a broken writer leaves parseable."""
+    w = numpy_helper.from_array(np.ones((3, 3), np.float32), "w")
+    m = model([node("MatMul", ["x", "w"], ["y"])], [inp("x", FLOAT, [1, 3])], [out("y", FLOAT, [1, 3])], [w])
+    if kind == "initializer type":
+        m.graph.initializer[0].data_type = 65
+    elif kind == "declared type":
+        m.graph.value_info.append(helper.make_tensor_value_info("y", FLOAT, [1, 3]))
+        m.graph.value_info[0].type.tensor_type.elem_type = 77
+    elif kind == "negative dim":
+        m.graph.input[0].type.tensor_type.shape.dim[1].dim_value = -3
+    elif kind == "data size":
+        m.graph.initializer[0].dims[0] = 4
+    return m
+
+
+@pytest.mark.parametrize("kind,says", [("initializer type", "tensor 'w' has an unknown element type (65)"),
+                                       ("declared type", "value 'y' declares an unknown element type (77)"),
+                                       ("negative dim", "input 'x' declares dimension -3"),
+                                       ("data size", "tensor 'w' has dims [4, 3] (12 element(s)) but holds data for a different count")])
+def test_corrupt_but_parseable_models_are_one_line_errors(kind, says, tmp_path, capfd):
+    src = tmp_path / "in.onnx"
+    src.write_bytes(_corrupt(kind).SerializeToString())
+    before = src.read_bytes()
+    assert main([str(src), str(tmp_path / "out.onnx"), "--no-verify"]) == 2
+    err = capfd.readouterr().err
+    assert err.startswith(f"graphfix: error: {src}: invalid graph: ") and says in err and len(err.strip().splitlines()) == 1
+    assert src.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx"]
