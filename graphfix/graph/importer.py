@@ -26,7 +26,6 @@ from onnx_graphsurgeon.ir.tensor import LazyValues
 from onnx_graphsurgeon.util.misc import SynchronizedList
 
 _A = onnx.AttributeProto
-_EXTERNAL = onnx.TensorProto.EXTERNAL
 
 
 class _NotCovered(Exception):
