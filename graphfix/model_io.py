@@ -164,6 +164,9 @@ def checker_problem(model: onnx.ModelProto, full_check: bool = False) -> str | N
 def _check_domains(model: onnx.ModelProto, where: str) -> None:
     """What onnx.checker lets through but graphfix cannot work on: no standard opset (a model of
     ai.onnx.ml only), negative declared dims, more than protobuf's 2 GiB."""
+    bad = _undecodable_field(model)
+    if bad:
+        raise GraphfixError(f"invalid model: {bad} is not valid UTF-8", where)
     if not any(imp.domain in ("", "ai.onnx") for imp in model.opset_import):
         others = ", ".join(f"{imp.domain} {imp.version}" for imp in model.opset_import)
         only = f"only {others}" if others else "its opset_import list is empty"
@@ -191,6 +194,18 @@ _FOUR_BIT = {getattr(_T, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(
 
 #: Tensors up to this many elements are checked for data matching their dims (passes may read them).
 _SIZE_CHECK_LIMIT = 1 << 20
+
+
+def _undecodable_field(model: onnx.ModelProto) -> str | None:
+    """A string field of the model, its graph, metadata or opset list that protobuf could not
+    decode as UTF-8 (it hands back bytes, and copying the field then fails): a corrupt file."""
+    messages = [("model", model), ("graph", model.graph), *(("metadata", p) for p in model.metadata_props),
+                *(("opset_import", o) for o in model.opset_import)]
+    for where, message in messages:
+        for field, value in message.ListFields():
+            if field.type == field.TYPE_STRING and not field.is_repeated and isinstance(value, bytes):
+                return f"{where} field {field.name} ({value[:40]!r})"
+    return None
 
 
 def _graph_problem(graph: onnx.GraphProto) -> str | None:
