@@ -43,8 +43,11 @@ def info(t: onnx.TensorProto) -> dict[str, str]:
     return {e.key: e.value for e in t.external_data}
 
 
-def has_external(model: onnx.ModelProto) -> bool:
-    return any(is_external(t) for t in model.graph.initializer)
+def has_external(model) -> bool:
+    """Whether any initializer of the model (a ModelProto or an Assembled one) is external data."""
+    from graphfix.model_io import initializers
+
+    return any(is_external(t) for t in initializers(model))
 
 
 def load_small(model: onnx.ModelProto, base_dir: Path) -> None:
@@ -74,8 +77,8 @@ def session(model, base_dir: Path | str | None):
     options.enable_mem_pattern = False
     from graphfix.model_io import Assembled
 
-    parts = model if isinstance(model, Assembled) else Assembled.of(model)
-    if any(is_external(t) for t in parts.initializers):
+    parts = Assembled.of(model)
+    if has_external(parts):
         if base_dir is None:
             raise GraphfixError("the model references external data but its folder is unknown (load it from a path)")
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))

@@ -120,7 +120,7 @@ def _estimate(initializers, nodes: int) -> int:
 def weightless(model: onnx.ModelProto, external_stubs: bool = False) -> onnx.ModelProto:
     """A copy of ``model`` whose big initializers keep their name, type and dims but no data
     (``external_stubs``: marked as external data in ``_STUB_DATA``, which the checker accepts)."""
-    stub = Assembled.of(model).stub
+    stub = _without_initializers(model)
     for t in model.graph.initializer:
         if elements(t) <= WEIGHTLESS_ABOVE and t.data_location != onnx.TensorProto.EXTERNAL:
             stub.graph.initializer.append(t)
@@ -363,15 +363,15 @@ class Assembled:
         self._proto: onnx.ModelProto | None = None
 
     @classmethod
-    def of(cls, model: onnx.ModelProto, to_edit: bool = False) -> Assembled:
-        """A ModelProto's parts: its initializers referenced, the rest copied (no weights).
-        ``to_edit``: the parts will be changed, so :meth:`proto` must not hand back ``model``."""
-        stub = onnx.ModelProto()
-        copy_fields(model, stub, skip="graph")
-        stub.graph.SetInParent()
-        copy_fields(model.graph, stub.graph, skip="initializer")
-        parts = cls(stub, list(model.graph.initializer))
-        parts._proto = None if to_edit else model
+    def of(cls, model: onnx.ModelProto | Assembled, to_edit: bool = False) -> Assembled:
+        """A model's parts (an Assembled model is its own): a ModelProto's initializers are
+        referenced, the rest copied (no weights). ``to_edit``: the parts will be changed, so
+        :meth:`proto` must not hand back ``model``."""
+        if isinstance(model, Assembled) and not to_edit:
+            return model
+        proto = model.proto() if isinstance(model, Assembled) else model
+        parts = cls(_without_initializers(proto), list(proto.graph.initializer))
+        parts._proto = None if to_edit else proto
         return parts
 
     def compatible(self) -> Assembled:
@@ -404,7 +404,7 @@ def save_model(model: onnx.ModelProto | Assembled, path: str | os.PathLike, base
     from graphfix import atomic, external, paths
 
     if isinstance(model, Assembled):
-        inline = external_data is None and not any(external.is_external(t) for t in model.initializers)
+        inline = external_data is None and not external.has_external(model)
         if inline and model.size() <= _PROTO_LIMIT:
             parts = model.compatible()
             write_atomic(path, lambda fh: write_streamed(parts, fh))
@@ -434,6 +434,20 @@ def _varint(n: int) -> bytes:
 
 #: Wire tags: ModelProto.graph (field 7) and GraphProto.initializer (field 5), length-delimited.
 _GRAPH_TAG, _INITIALIZER_TAG = bytes([7 << 3 | 2]), bytes([5 << 3 | 2])
+
+
+def _without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of the model but its graph's initializers (no weights)."""
+    stub = onnx.ModelProto()
+    copy_fields(model, stub, skip="graph")
+    stub.graph.SetInParent()
+    copy_fields(model.graph, stub.graph, skip="initializer")
+    return stub
+
+
+def initializers(model: onnx.ModelProto | Assembled):
+    """The graph's initializer protos, whichever form the model is in."""
+    return model.initializers if isinstance(model, Assembled) else model.graph.initializer
 
 
 def copy_fields(src, dst, skip: str) -> None:
@@ -467,10 +481,9 @@ def write_streamed(model: onnx.ModelProto | Assembled, fh, replace=None) -> None
     initializers followed by one ``graph { initializer: t }`` record per tensor parses to the same
     model (initializers in the same order), with one tensor's bytes in memory at a time.
     """
-    parts = model if isinstance(model, Assembled) else Assembled.of(model)
-    stub, initializers = parts.stub, parts.initializers
-    fh.write(stub.SerializeToString())
-    for k, t in enumerate(initializers):
+    parts = Assembled.of(model)
+    fh.write(parts.stub.SerializeToString())
+    for k, t in enumerate(parts.initializers):
         written = replace(k, t) if replace is not None else None
         body = (written if written is not None else t).SerializeToString()
         inner_len = len(_INITIALIZER_TAG) + len(_varint(len(body))) + len(body)

@@ -117,7 +117,7 @@ def table(report: Report) -> str:
     for p in report.passes:
         if p.reason:
             notes.append(f"{p.name}: {p.reason}")
-        notes += [f"{p.name}: {f['op']} '{f['node']}' not rewritten: {f['message']}{also}" for f, also in grouped(p.findings)]
+        notes += [f"{p.name}: {f['op']} '{f['node']}' not rewritten: {f['message']}{in_parens(like)}" for f, like in grouped(p.findings)]
     if notes:
         lines += ["", *notes]
     verified = "verification off" if not report.settings.get("verify", True) else f"{report.sessions} onnxruntime session(s)"
@@ -130,20 +130,22 @@ NAMED = 5
 
 
 def grouped(findings: list[dict], key: tuple[str, ...] = ("op", "message")) -> list[tuple[dict, str]]:
-    """Each distinct finding once, with " (and N more like it: ...)" naming the other nodes: an
-    export repeats its blocks, and 25000 identical lines hide the one that differs."""
+    """Each distinct finding once, with "and N more like it: ..." naming the other nodes (empty
+    when there are none): an export repeats its blocks, and 25000 identical lines hide the one
+    that differs."""
     groups: dict[tuple, list[dict]] = {}
     for f in findings:
         groups.setdefault(tuple(f.get(k) for k in key), []).append(f)
     out = []
     for same in groups.values():
         others = [g.get("node") or "(model)" for g in same[1:]]
-        also = ""
-        if others:
-            named = ", ".join(others[:NAMED]) + (f", … ({len(others) - NAMED} more)" if len(others) > NAMED else "")
-            also = f" (and {len(others)} more like it: {named})"
-        out.append((same[0], also))
+        named = ", ".join(others[:NAMED]) + (f", … ({len(others) - NAMED} more)" if len(others) > NAMED else "")
+        out.append((same[0], f"and {len(others)} more like it: {named}" if others else ""))
     return out
+
+
+def in_parens(like: str) -> str:
+    return f" ({like})" if like else ""
 
 
 def markdown(report: Report) -> str:
@@ -164,8 +166,8 @@ def markdown(report: Report) -> str:
                 f"{p.seconds:.2f}s" if first else "",
             ]) + " |")
     notes = [f"- **{p.name}**: {p.reason}" for p in report.passes if p.reason]
-    notes += [f"- **{p.name}**: {f['op']} `{f['node']}` not rewritten: {f['message']}{also}"
-              for p in report.passes for f, also in grouped(p.findings)]
+    notes += [f"- **{p.name}**: {f['op']} `{f['node']}` not rewritten: {f['message']}{in_parens(like)}"
+              for p in report.passes for f, like in grouped(p.findings)]
     if notes:
         out += ["", "## Findings", "", *notes]
     if report.shapes:

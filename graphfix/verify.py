@@ -188,7 +188,7 @@ def run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: Se
     """One onnxruntime session for ``model`` (a ModelProto, or an Assembled one whose weights are
     another model's protos), run on every feed (``base_dir``: where its external data lives;
     onnxruntime reads it from there)."""
-    parts = model if isinstance(model, Assembled) else Assembled.of(model)
+    parts = Assembled.of(model)
     if any(n.op_type == "ATen" for n in parts.stub.graph.node) or _wrong_in_onnxruntime(parts.stub):
         from graphfix.aten_reference import run_results  # the ONNX reference evaluator
 

@@ -32,11 +32,11 @@ def render(report, model: str) -> str:
     if not report.findings:
         lines.append("no findings: the parser should accept every node")
         return "\n".join(lines)
-    for f, also in grouped(report.as_dict()["findings"], ("severity", "op", "message", "error_text", "remedy")):
+    for f, like in grouped(report.as_dict()["findings"], ("severity", "op", "message", "error_text", "remedy")):
         where = f"{f['node']} ({f['op']})" if f["node"] else "(model)"
         lines.append(f"{f['severity'].upper():8}  {where}: {f['message']}")
-        if also:
-            lines.append(f"          {also.strip()[1:-1]}; --json lists every node")
+        if like:
+            lines.append(f"          {like}; --json lists every node")
         if f["path"]:
             lines.append(f"          path: {' -> '.join(f['path'])}")
         if f["error_text"]:

@@ -146,8 +146,8 @@ def _print(result: FixResult, args: argparse.Namespace) -> None:
             before, after = result.report.trt["before"], result.report.trt["after"]
             left = [f for f in after["findings"] if f["severity"] == "blocking"]
             print(f"TensorRT {after['version_used']}: {sum(f['severity'] == 'blocking' for f in before['findings'])} blocking finding(s) before, {len(left)} after")
-            for f, also in report_mod.grouped(left, ("op", "message", "remedy")):
-                print(f"  {f['node'] or '(model)'} ({f['op'] or '-'}): {f['message']} -> {f['remedy']}{also}")
+            for f, like in report_mod.grouped(left, ("op", "message", "remedy")):
+                print(f"  {f['node'] or '(model)'} ({f['op'] or '-'}): {f['message']} -> {f['remedy']}{report_mod.in_parens(like)}")
         engine = result.report.engine or {}
         for tool, line in engine.get("commands", {}).items():
             print(f"{tool}: {line}")

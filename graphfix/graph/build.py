@@ -32,6 +32,15 @@ def lengths(x: gs.Tensor, axes: Sequence[int]) -> list[int] | None:
     return [int(d) for d in dims]
 
 
+def _described(t: gs.Variable, dtype: Any = None, shape: Sequence[int | str | None] | None = None) -> gs.Variable:
+    """``t`` with the dtype/shape a caller gave for the result (as :meth:`Builder.op` sets them)."""
+    if dtype is not None:
+        t.dtype = dtype
+    if shape is not None:
+        t.shape = shape
+    return t
+
+
 def _names(root: gs.Graph) -> set[str]:
     """Every node and tensor name of ``root`` and its bodies, collected once per graph and kept on
     it: the names builders hand out are added as they go. (Names made outside builders, such as
@@ -113,9 +122,9 @@ class Builder:
         """ReduceX: axes moved from attribute to input in opset 13 (ReduceSum) / 18 (the rest).
         Parsers before 10.0 ignore the opset-18 axes input (they reduce over every axis), so from
         opset 18 ReduceMax/ReduceMin are written as :meth:`extreme` (TopK), which every release reads."""
-        if op_type in ("ReduceMax", "ReduceMin") and self.opset >= 18:
+        if op_type in ("ReduceMax", "ReduceMin") and self.opset >= 18 and axes:
             return self.extreme(x, axes, keepdims, largest=op_type == "ReduceMax", **kw)
-        if op_type == "ReduceProd" and self.opset >= 18 and lengths(x, axes) is not None:
+        if op_type == "ReduceProd" and self.opset >= 18 and axes and lengths(x, axes) is not None:
             return self.product(x, axes, keepdims, **kw)
         as_input = self.opset >= (13 if op_type == "ReduceSum" else 18)
         attrs = {"keepdims": int(keepdims)}
@@ -126,26 +135,28 @@ class Builder:
     def extreme(self, x: gs.Tensor, axes: Sequence[int], keepdims: bool = True, largest: bool = True, **kw: Any) -> gs.Variable:
         """Max (or min) over ``axes`` as TopK(K=1) along each axis in turn, then Squeeze: TopK's
         K input is read by every 8.x importer, unlike an opset-18 ReduceMax's axes."""
+        if not axes:
+            raise ValueError("extreme() needs at least one axis")
         k = self.const(np.asarray([1], np.int64), hint="k")
         y = x
         for axis in axes:
             y = self.op("TopK", [y, k], {"axis": int(axis), "largest": int(largest), "sorted": 1}, outputs=2)[0]
-        return self.squeeze(y, list(axes), **kw) if not keepdims else self.op("Identity", [y], **kw)
+        return self.squeeze(y, list(axes), **kw) if not keepdims else _described(y, **kw)
 
     def product(self, x: gs.Tensor, axes: Sequence[int], keepdims: bool = True, **kw: Any) -> gs.Variable:
         """Product over ``axes`` of static length (at most PRODUCT_TERMS terms in all) as a Mul of
         slices: the opset-18 ReduceProd's axes input is ignored before 10.0 and nothing else
         multiplies along an axis."""
         sizes = lengths(x, axes)
-        if sizes is None:
-            raise ValueError("product() needs static reduced dims")
+        if not axes or sizes is None:
+            raise ValueError("product() needs at least one axis, all of static length")
         y = x
         for axis, n in zip(axes, sizes, strict=True):
             parts = [self.slice(y, [i], [i + 1], [axis]) for i in range(n)]
             y = parts[0]
             for part in parts[1:]:
                 y = self.op("Mul", [y, part])
-        return self.squeeze(y, list(axes), **kw) if not keepdims else self.op("Identity", [y], **kw)
+        return self.squeeze(y, list(axes), **kw) if not keepdims else _described(y, **kw)
 
     def unsqueeze(self, x: gs.Tensor, axes: Sequence[int], **kw: Any) -> gs.Variable:
         if self.opset >= 13:
