@@ -23,6 +23,7 @@ from polygraphy.comparator.compare import SimpleCompareFunc
 from polygraphy.comparator.struct import IterationResult
 from polygraphy.logger import G_LOGGER
 
+from graphfix.atomic import reraise_swallowed_signal
 from graphfix.errors import GraphfixError
 from graphfix.model_io import Assembled, first_line, runtime_compatible
 
@@ -200,7 +201,9 @@ def run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: Se
     if counter is not None:
         counter.count += 1
     with quiet_polygraphy():
-        return Comparator.run([runner], data_loader=feeds)
+        results = Comparator.run([runner], data_loader=feeds)
+    reraise_swallowed_signal()
+    return results
 
 
 def _wrong_in_onnxruntime(model: onnx.ModelProto) -> bool:

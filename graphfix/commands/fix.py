@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if args.build or args.trt:
         engine_path = args.build or str(Path(args.output).with_suffix(".engine"))
         result.report.engine = {"commands": command_lines(args.output, engine_path, profile, args.fp16)}
+    atomic.reraise_swallowed_signal()
     with atomic.Transaction() as tx:
         save_model(result.outcome.fixed, args.output, result.outcome.base_dir, args.external_data)
         if args.build:
@@ -108,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
             result.report.engine.update(_build(result, args, profile, tx.reserve(args.build, "engine").temp))
         for path in args.report:
             write_report_files(result, path)
+        atomic.reraise_swallowed_signal()
         atomic.hold_signals()  # from the renames on, the run finishes cleanly
     _finish(result, args)
     return 0
