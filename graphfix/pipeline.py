@@ -217,7 +217,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     feeds: list[dict[str, np.ndarray]] = []
     if settings.verify:
         step("choosing verification inputs")
-        feeds = _feeds(model, settings, report, source)
+        feeds = _feeds(model, settings, report, source, counter)
 
     step("importing the graph")
     graph = to_graph(model)  # with the collector off
@@ -246,6 +246,8 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         gc.unfreeze()  # the graph's cycles go with the next automatic collection: forcing one here
         # cost 0.6 s on a 100k-node export and lowered no peak (measured: bench/scale.py)
     report.sessions = counter.count
+    if not counter.tuned:
+        report.notes.append(verify.DEFAULT_SETTINGS_NOTE)
     outcome = Outcome(fixed, report, feeds, baseline, final_results)
     if settings.trt is not None:
         after = _check_fixed(graph, fixed, settings.trt) if isinstance(fixed, Assembled) else _check(fixed, settings.trt)
@@ -254,20 +256,37 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     return outcome
 
 
-def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: str | None) -> list[dict[str, np.ndarray]]:
+def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: str | None,
+           counter: verify.SessionCounter) -> list[dict[str, np.ndarray]]:
     if settings.feeds:
         report.shapes = {"reason": "loaded with --load-inputs", "shapes": []}
         return settings.feeds
-    session = None
+    session, defaults_tried = None, False
+
+    def attempt(feed: dict) -> None:
+        nonlocal session
+        if session is None:
+            session = verify.session(model, settings.base_dir, counter.tuned)
+            report.search_sessions += 1
+        session.run(None, feed)
 
     def runs(shapes: dict) -> str | None:
-        nonlocal session
+        nonlocal session, defaults_tried
         try:
-            feed = verify.make_inputs(model, shapes, settings.val_range, settings.seed, 1)
-            if session is None:
-                session = verify.session(model, settings.base_dir)
-                report.search_sessions += 1
-            session.run(None, feed[0])
+            feed = verify.make_inputs(model, shapes, settings.val_range, settings.seed, 1)[0]
+            try:
+                attempt(feed)
+            except GraphfixError:
+                raise
+            except Exception:  # noqa: BLE001 - once, onnxruntime's defaults (verify.run says why)
+                if not counter.tuned or defaults_tried:
+                    raise
+                session, counter.tuned, defaults_tried = None, False, True
+                try:
+                    attempt(feed)
+                except Exception:
+                    session, counter.tuned = None, True
+                    raise
         except GraphfixError:
             raise
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
