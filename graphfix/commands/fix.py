@@ -157,7 +157,8 @@ def blocked_summary(report: report_mod.Report) -> list[str]:
         if rec.verdict in (ROLLED_BACK, ERROR) or rec.rolled_back_nodes:
             lines.append(f"  pass {rec.name}: {rec.reason}")
     shapes = report.shapes or {}
-    if any(rec.rolled_back_nodes or rec.verdict == ROLLED_BACK for rec in report.passes) and shapes.get("shapes"):
+    differed = any("outputs differ" in rec.reason for rec in report.passes)
+    if differed and any(shapes.get("shapes") or [{}]) and "given" not in shapes.get("reason", ""):
         used = " and ".join(",".join(f"{k}:{'x'.join(map(str, v))}" for k, v in s.items()) for s in shapes["shapes"])
         lines.append(f"  verified at {used} ({shapes.get('reason', '')}): if these are not shapes the model is "
                      "meant for, give real ones with --input-shapes NAME:1x3x224x224 (and --val-range for indices)")
