@@ -99,8 +99,8 @@ def fix(
     verify: bool = True,
     verify_each: bool = False,
     strict: bool = False,
-    atol: float = 1e-5,
-    rtol: float = 1e-5,
+    atol: float | None = None,
+    rtol: float | None = None,
     seed: int = 1,
     iterations: int = 1,
     input_shapes: dict[str, Sequence[int]] | Sequence[dict[str, Sequence[int]]] | None = None,
@@ -115,7 +115,8 @@ def fix(
     ``passes``: "all", "auto" (with ``trt``), a comma-separated string, or a list of pass names
     and/or ``Pass`` objects (your own passes run in the order given by their ``order``).
     A rewrite whose outputs differ beyond ``atol``/``rtol`` is rolled back, node by node, and
-    reported (``strict=True`` raises instead); ``verify_each`` checks pass by pass instead.
+    reported (None, the default: 1e-5, each region's float32 rounding and the model's own noise
+    floor end to end, as the README's verification section explains; given: exactly those) (``strict=True`` raises instead); ``verify_each`` checks pass by pass instead.
     ``input_shapes``: one dict of shapes, or several (each is verified); without it the
     verification shapes are found by trying. ``output`` writes the fixed model atomically.
     ``inputs``: feeds (one dict per iteration) or a ``.npz``/polygraphy JSON file of them.

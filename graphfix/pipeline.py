@@ -65,8 +65,9 @@ class Settings:
     verify: bool = True
     verify_each: bool = False
     strict: bool = False
-    atol: float = 1e-5
-    rtol: float = 1e-5
+    #: None: automatic (verify.DEFAULT_TOLERANCE, widened to rounding and the model's noise floor)
+    atol: float | None = None
+    rtol: float | None = None
     seed: int = 1
     iterations: int = 1
     input_shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
@@ -76,6 +77,17 @@ class Settings:
     feeds: list[dict[str, np.ndarray]] | None = None
     #: the folder the model's external-data locations are relative to (None: no external data)
     base_dir: str | None = None
+
+    @property
+    def tol(self) -> tuple[float, float]:
+        """(atol, rtol) in force: the given ones, else verify.DEFAULT_TOLERANCE."""
+        return (verify.DEFAULT_TOLERANCE if self.atol is None else self.atol,
+                verify.DEFAULT_TOLERANCE if self.rtol is None else self.rtol)
+
+    @property
+    def automatic_tolerance(self) -> bool:
+        """Neither given: regions allow their own rounding, end to end the model's noise floor."""
+        return self.atol is None and self.rtol is None
 
     def public(self) -> dict[str, Any]:
         return {
@@ -414,7 +426,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source)
         return None, None, True, None
     by_pass = {r.name: r for r in report.passes}
     for r in regs:
-        records = verify.region_diffs(probe_results, r.probes, settings.atol, settings.rtol) if not r.unchecked else {}
+        records = verify.region_diffs(probe_results, r.probes, *settings.tol, settings.automatic_tolerance) if not r.unchecked else {}
         bad = {k: d for k, d in records.items() if not d.passed}
         entry = {"passes": r.passes, "nodes": [f"{e.node.op} '{e.node.name}'" for e in r.edits],
                  "outputs": {k: d.as_dict() for k, d in records.items()}, "verdict": ROLLED_BACK if bad else KEPT,
@@ -454,7 +466,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source)
     except Exception as exc:  # noqa: BLE001
         report.notes.append(f"onnxruntime cannot run the fixed model ({first_line(exc)}); checking pass by pass")
         return baseline, None, True, None
-    diffs = verify.compare(baseline, final, settings.atol, settings.rtol)
+    diffs = _end_to_end(model, baseline, final, settings, feeds, counter, report)
     report.final = {k: d.as_dict() for k, d in diffs.items()}
     if not all(d.passed for d in diffs.values()):
         return baseline, None, True, None
@@ -479,11 +491,11 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
             except Exception as exc:  # noqa: BLE001
                 reason = f"onnxruntime cannot run the rewritten model ({first_line(exc)})"
         if results is not None:
-            diffs = verify.compare(baseline, results, settings.atol, settings.rtol)
+            diffs = _end_to_end(model, baseline, results, settings, feeds, counter, report)
             record.outputs = {k: d.as_dict() for k, d in diffs.items()}
             bad = [k for k, d in diffs.items() if not d.passed]
             if bad:
-                reason = "outputs differ beyond atol={:g}/rtol={:g}: {}".format(settings.atol, settings.rtol, ", ".join(
+                reason = "outputs differ beyond atol={:g}/rtol={:g}: {}".format(*settings.tol, ", ".join(
                     f"{k} (max abs {diffs[k].max_abs:.3g}, max rel {diffs[k].max_rel:.3g}{'; ' + diffs[k].note if diffs[k].note else ''})" for k in bad))
         if reason:
             for e in reversed(edits):
@@ -497,7 +509,7 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
     if _run_passes(graph, chosen, settings, log, report, step, after_pass=check):  # regions undone after checking
         fixed = to_model(graph, model)
         state["results"] = verify.run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
-        diffs = verify.compare(baseline, state["results"], settings.atol, settings.rtol)
+        diffs = _end_to_end(model, baseline, state["results"], settings, feeds, counter, report)
         report.final = {k: d.as_dict() for k, d in diffs.items()}
     fixed = to_model(graph, model) if any(not e.undone for e in log.edits) else model
     report.sessions = counter.count
@@ -505,6 +517,18 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
         report.trt = _trt_summary(before or _check(model, settings.trt), _check(fixed, settings.trt), settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
     return Outcome(fixed, report, feeds, baseline, state["results"])
+
+
+def _end_to_end(model, baseline, results, settings: Settings, feeds, counter, report: Report) -> dict[str, verify.OutputDiff]:
+    """The fixed (or partly fixed) model's outputs against the original's: at the tolerance in
+    force, and with the automatic tolerance, where that fails, within NOISE_MULTIPLE times the
+    original model's own noise floor (measured once per run, reported as ``noise_floor``)."""
+    diffs = verify.compare(baseline, results, *settings.tol)
+    if all(d.passed for d in diffs.values()) or not settings.automatic_tolerance:
+        return diffs
+    if report.noise_floor is None:
+        report.noise_floor = verify.noise_floor(model, feeds, baseline, counter, settings.base_dir)
+    return verify.compare(baseline, results, *settings.tol, report.noise_floor)
 
 
 def _invalid(model: onnx.ModelProto, full_check: bool) -> str | None:

@@ -30,8 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--no-verify", action="store_true", help="skip onnxruntime verification (passes are then kept unverified)")
     v.add_argument("--verify-each", action="store_true", help="check pass by pass (one session per changed pass; for debugging)")
     v.add_argument("--strict", action="store_true", help="exit 1 (writing nothing) instead of rolling back a pass")
-    v.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
-    v.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
+    v.add_argument("--atol", type=float, help="absolute tolerance, exactly (default: 1e-5 widened to each region's "
+                   "rounding and, end to end, to the model's own noise floor)")
+    v.add_argument("--rtol", type=float, help="relative tolerance, exactly (default: as --atol)")
     v.add_argument("--seed", type=int, default=1, help="seed for the random inputs (default 1)")
     v.add_argument("--iterations", type=int, default=1, help="how many random input sets (default 1)")
     v.add_argument("--input-shapes", action="append", metavar="NAME:1x3x224x224", help="shapes for dynamic inputs (trtexec syntax); repeat to verify at several shapes (default: found by trying)")
