@@ -23,8 +23,8 @@ from polygraphy.comparator.compare import SimpleCompareFunc
 from polygraphy.comparator.struct import IterationResult
 from polygraphy.logger import G_LOGGER
 
-from graphfix.atomic import reraise_swallowed_signal
 from graphfix import report as report_mod
+from graphfix.atomic import reraise_swallowed_signal
 from graphfix.errors import GraphfixError
 from graphfix.model_io import Assembled, first_line, runtime_compatible
 
