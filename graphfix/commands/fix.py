@@ -11,9 +11,9 @@ from graphfix import atomic, options, paths
 from graphfix import report as report_mod
 from graphfix.api import FixResult, fix, write_report_files
 from graphfix.errors import GraphfixError
-from graphfix.model_io import first_line, save_model
+from graphfix.model_io import Assembled, first_line, save_model
 from graphfix.trt import engine as trt_engine
-from graphfix.trt.engine import command_lines, parse_profile_shapes
+from graphfix.trt.engine import command_lines, covering_profile, parse_profile_shapes
 from graphfix.verify import parse_input_shapes, parse_shape_sets, parse_val_ranges
 
 
@@ -100,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
     result.report.output = args.output
     if args.build or args.trt:
         engine_path = args.build or str(Path(args.output).with_suffix(".engine"))
-        result.report.engine = {"commands": command_lines(args.output, engine_path, profile, args.fp16)}
+        profile = profile or _verified_profile(result, args)  # the engine built is the one printed
+        result.report.engine = {"commands": command_lines(args.output, engine_path, profile, args.fp16,
+                                                          _reference_files(result, args))}
     with atomic.Transaction() as tx:
         save_model(result.outcome.fixed, args.output, result.outcome.base_dir, args.external_data)
         if args.build:
@@ -113,6 +115,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verified_profile(result: FixResult, args: argparse.Namespace) -> dict:
+    """For a model with dynamic inputs and no given profile: one that holds every shape set
+    verification ran (or the given --input-shapes without verification), so the printed command
+    lines build an engine for shapes known to run."""
+    graph = Assembled.of(result.outcome.fixed).stub.graph
+    dynamic = [vi.name for vi in graph.input if any(not d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)]
+    sets = result.report.shapes.get("shapes") or parse_shape_sets(args.input_shapes)
+    return covering_profile([{k: list(v) for k, v in s.items()} for s in sets], dynamic) if dynamic else {}
+
+
+def _reference_files(result: FixResult, args: argparse.Namespace) -> tuple[str, str] | None:
+    """The polygraphy inputs/outputs files of the first JSON report, when one is written."""
+    json_reports = [r for r in args.report if paths.sidecars(r)]
+    if not json_reports or result.outcome.baseline is None:
+        return None
+    inputs, outputs = paths.sidecars(json_reports[0])
+    return str(inputs), str(outputs)
+
+
 def _build(result: FixResult, args: argparse.Namespace, profile, temp: Path) -> dict:
     from graphfix import verify
 
@@ -120,7 +141,7 @@ def _build(result: FixResult, args: argparse.Namespace, profile, temp: Path) -> 
     shapes = result.report.shapes.get("shapes") or [{}]
     feeds = outcome.feeds or verify.make_inputs(result.model, {k: tuple(v) for k, v in shapes[0].items()}, seed=args.seed)
     reference = outcome.final or verify.run(result.model, feeds, "onnxrt")
-    tol = 1e-2 if args.fp16 else 1e-3
+    tol = trt_engine.engine_tolerance(args.fp16)
     try:
         built = trt_engine.build_and_compare(args.output, str(temp), feeds, reference, profile, args.fp16, atol=tol, rtol=tol)
     except GraphfixError:
