@@ -17,6 +17,26 @@ from graphfix.trt.engine import command_lines, covering_profile, parse_profile_s
 from graphfix.verify import parse_input_shapes, parse_shape_sets, parse_val_ranges
 
 
+def _shape_item(text: str) -> str:
+    """One ``name:dims`` value, checked as argparse reads it: a path swallowed by a multi-value
+    ``--input-shapes`` gets told where the paths go."""
+    try:
+        parse_input_shapes([text])
+    except GraphfixError as exc:
+        hint = " (give IN and OUT before the shape options)" if text.endswith(".onnx") else ""
+        raise argparse.ArgumentTypeError(f"{exc}{hint}") from None
+    return text
+
+
+class _Shapes(argparse.Action):
+    """Shapes in trtexec's form (``a:1x16,b:1x16``) or polygraphy's (``a:[1,16] b:[1,16]``); each
+    occurrence is kept as one comma-joined item, since an occurrence that names an input again
+    starts another shape set."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ARG002 - argparse's signature
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), ",".join(values)])
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", help="ONNX model to fix (never modified)")
     p.add_argument("output", help="where to write the fixed model (written atomically)")
@@ -33,14 +53,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
     v.add_argument("--seed", type=int, default=1, help="seed for the random inputs (default 1)")
     v.add_argument("--iterations", type=int, default=1, help="how many random input sets (default 1)")
-    v.add_argument("--input-shapes", action="append", metavar="NAME:1x3x224x224", help="shapes for dynamic inputs (trtexec syntax); repeat to verify at several shapes (default: found by trying)")
+    v.add_argument("--input-shapes", action=_Shapes, nargs="+", type=_shape_item, metavar="NAME:1x3x224x224",
+                   help="shapes for dynamic inputs (trtexec a:1x16,b:1x16 or polygraphy a:[1,16] b:[1,16]); "
+                        "repeat to verify at several shapes (default: found by trying)")
     v.add_argument("--val-range", action="append", metavar="NAME:[LO,HI]", help="value range of an input (e.g. indices)")
     v.add_argument("--load-inputs", metavar="FILE", help="inputs from .npz or polygraphy JSON (polygraphy run --save-inputs)")
     t = p.add_argument_group("TensorRT engine (needs graphfix[trt] and a GPU)")
     t.add_argument("--build", metavar="ENGINE", help="build the fixed model with polygraphy and compare TensorRT with onnxruntime")
-    t.add_argument("--trt-min-shapes", action="append", metavar="NAME:1x3x224x224", help="optimization profile minimum (trtexec syntax)")
-    t.add_argument("--trt-opt-shapes", action="append", metavar="NAME:1x3x224x224", help="optimization profile optimum")
-    t.add_argument("--trt-max-shapes", action="append", metavar="NAME:1x3x224x224", help="optimization profile maximum")
+    for which in ("min", "opt", "max"):
+        t.add_argument(f"--trt-{which}-shapes", action=_Shapes, nargs="+", type=_shape_item, metavar="NAME:1x3x224x224",
+                       help=f"optimization profile {which}imum (trtexec or polygraphy syntax, as --input-shapes)")
     t.add_argument("--fp16", action="store_true", help="build with FP16 enabled")
     p.add_argument("--external-data", metavar="NAME",
                    help="write the weights to this file beside the output (default for models with external data or "
