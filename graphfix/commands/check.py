@@ -44,6 +44,6 @@ def render(report, model: str) -> str:
         lines.append(f"          fix: {f['remedy']}")
     blocking = sum(f.severity == BLOCKING for f in report.findings)
     fixable = sum(f.severity == BLOCKING and f.fix_pass is not None for f in report.findings)
-    lines.append(f"{blocking} blocking ({fixable} fixable by graphfix passes: graphfix IN OUT --passes auto --trt {report.requested}), "
-                 f"{len(report.findings) - blocking} warning(s)")
+    fix = f"{fixable} fixable by graphfix passes: graphfix IN OUT --passes auto --trt {report.requested}" if fixable else "none fixable by graphfix passes"
+    lines.append(f"{blocking} blocking" + (f" ({fix})" if blocking else "") + f", {len(report.findings) - blocking} warning(s)")
     return "\n".join(lines)
