@@ -203,7 +203,7 @@ def _worst_diff(records: list[dict[str, Any]]) -> str:
     diffs = [(d["max_abs"], k) for r in records for k, d in r["outputs"].items()]
     if not diffs:
         return "-"
-    value, name = max(diffs)
+    value, name = max(diffs, key=lambda d: d[0])  # the first of equals
     return f"{_num(value)} (`{name}`)"
 
 

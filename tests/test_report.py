@@ -38,7 +38,7 @@ def test_markdown_does_not_grow_with_the_model(tmp_path):
         md, data = _run(path, tmp_path)
         assert len(data["nodes"]) == blocks and all(r["diagram"] for r in data["nodes"])
         assert len(_diagrams(md)) == DIAGRAMS_PER_KIND
-        assert f"| fold-clip | Clip | {blocks} | **kept** |" in md
+        assert f"| fold-clip | Clip | {blocks} | **kept** | 0 (`y0`) |" in md
         assert sum(line.startswith("|") for line in md.splitlines()) <= len(data["passes"]) + 10
         sizes[blocks] = len(md.encode())
     assert sizes[1250] < 20_000 and sizes[1250] <= sizes[250] * 1.05, sizes
