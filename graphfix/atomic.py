@@ -356,3 +356,11 @@ def write_atomic(path: str | os.PathLike, data: Data, what: str = "output") -> N
         raise GraphfixError(f"{what} path is a directory", str(p))
     with transaction() as tx:
         tx.stage(p, data, what)
+
+
+def reraise_swallowed_signal() -> None:
+    """Raise again a signal whose exception a library swallowed (polygraphy's ``LazyModule`` has a
+    bare ``except:`` that eats a KeyboardInterrupt raised inside a comparison): called after
+    library calls and before any file is committed, so an interrupted run never writes."""
+    if _SIG.raised is not None and not _SIG.held:
+        raise_for(_SIG.raised)

@@ -26,7 +26,8 @@ from graphfix.commands import COMMANDS
 from graphfix.errors import GraphfixError
 
 #: Exit codes: 0 done, 1 --strict failure / check found blocking nodes, 2 bad input,
-#: 3 a bug in graphfix (one line; --verbose shows the traceback), 130 SIGINT, 143 SIGTERM.
+#: 3 a bug in graphfix (one line; --verbose shows the traceback), 4 written but the --trt target
+#: still rejects it (graphfix/commands/fix.py says why), 130 SIGINT, 143 SIGTERM.
 EXIT_BUG, EXIT_INTERRUPTED, EXIT_TERMINATED = 3, 130, 143
 
 

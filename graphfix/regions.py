@@ -66,9 +66,13 @@ def regions(edits: list[Edit], graph: gs.Graph, originals: set[str]) -> list[Reg
         return k
 
     owner: dict[int, int] = {}
-    for k, e in enumerate(live):
+    edited: dict[int, int] = {}  # a node rewritten twice (in place, then replaced): one region, or
+    for k, e in enumerate(live):  # undoing the first alone would revive its outputs beside the second's
         for n in e.added:
             owner[id(n)] = k
+        first = edited.setdefault(id(e.node), k)
+        if first != k:
+            parent[find(k)] = find(first)
     for k, e in enumerate(live):
         if id(e.node) in owner and owner[id(e.node)] != k:
             parent[find(k)] = find(owner[id(e.node)])

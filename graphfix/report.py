@@ -65,7 +65,16 @@ class Report:
     files: dict[str, str] = field(default_factory=dict)
 
     @property
+    def blocking_left(self) -> list[dict[str, Any]]:
+        """The findings for which the ``--trt`` target still rejects the fixed model (exit 4)."""
+        if not self.trt:
+            return []
+        return [f for f in self.trt["after"]["findings"] if f["severity"] == "blocking"]
+
+    @property
     def status(self) -> str:
+        if self.blocking_left:
+            return "blocked"
         if any(p.verdict in (ROLLED_BACK, ERROR) or p.rolled_back_nodes for p in self.passes):
             return "rolled-back"
         return "ok"

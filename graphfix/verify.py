@@ -23,6 +23,7 @@ from polygraphy.comparator.compare import SimpleCompareFunc
 from polygraphy.comparator.struct import IterationResult
 from polygraphy.logger import G_LOGGER
 
+from graphfix.atomic import reraise_swallowed_signal
 from graphfix.errors import GraphfixError
 from graphfix.model_io import Assembled, first_line, runtime_compatible
 
@@ -166,13 +167,20 @@ def load_inputs(path: str, model: onnx.ModelProto) -> Feeds:
 
 # ------------------------------------------------------------------ running
 class SessionCounter:
-    """Counts onnxruntime sessions (reports say what verification cost)."""
+    """Counts onnxruntime sessions (reports say what verification cost) and remembers whether
+    verification's tuned session settings had to give way to onnxruntime's defaults."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.tuned = True
 
 
-def session(model: onnx.ModelProto, base_dir=None):
+#: Said in the report when verification had to use onnxruntime's default session settings.
+DEFAULT_SETTINGS_NOTE = ("onnxruntime could not run the model with verification's session settings (no graph "
+                         "optimizations, no memory pattern) but runs it with its defaults: every session used the defaults")
+
+
+def session(model: onnx.ModelProto, base_dir=None, tuned: bool = True):
     """A bare onnxruntime CPU session (the candidate-shape search)."""
     if any(n.op_type == "ATen" for n in model.graph.node):  # onnxruntime has no ATen kernels
         from graphfix.aten_reference import evaluator
@@ -180,7 +188,7 @@ def session(model: onnx.ModelProto, base_dir=None):
         return evaluator(model)
     from graphfix import external
 
-    return external.session(runtime_compatible(model), base_dir)
+    return external.session(runtime_compatible(model), base_dir, tuned)
 
 
 def run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: SessionCounter | None = None,
@@ -193,14 +201,33 @@ def run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: Se
         from graphfix.aten_reference import run_results  # the ONNX reference evaluator
 
         return run_results(parts.proto(), feeds, name)
+    parts = parts.compatible()
+    tuned = counter.tuned if counter is not None else True
+    try:
+        return _compare_run(parts, feeds, name, counter, base_dir, tuned)
+    except GraphfixError:
+        raise
+    except Exception:  # noqa: BLE001 - the tuned settings may be what fails (below)
+        if not tuned:
+            raise
+    # A model a default session runs must never be refused: the tuned settings pre-allocate
+    # outputs from declared shapes (a legacy scatter_reduce If declaring [24] while computing [3,8]).
+    results = _compare_run(parts, feeds, name, counter, base_dir, tuned=False)
+    if counter is not None:
+        counter.tuned = False
+    return results
+
+
+def _compare_run(parts: Assembled, feeds: Feeds, name: str, counter: SessionCounter | None, base_dir, tuned: bool) -> RunResults:
     from graphfix import external
 
-    parts = parts.compatible()
-    runner = OnnxrtRunner(lambda: external.session(parts, base_dir), name=name)
+    runner = OnnxrtRunner(lambda: external.session(parts, base_dir, tuned), name=name)
     if counter is not None:
         counter.count += 1
     with quiet_polygraphy():
-        return Comparator.run([runner], data_loader=feeds)
+        results = Comparator.run([runner], data_loader=feeds)
+    reraise_swallowed_signal()
+    return results
 
 
 def _wrong_in_onnxruntime(model: onnx.ModelProto) -> bool:

@@ -202,3 +202,17 @@ def test_paths_after_multi_value_shapes_are_pointed_out(tmp_path, capsys):
     assert main(["fix", "--input-shapes", "a:[5,3]", str(SHARED_DIMS), str(tmp_path / "o.onnx")]) == 2
     err = capsys.readouterr().err
     assert "bad --input-shapes entry" in err and "give IN and OUT before the shape options" in err
+
+
+def test_exit_4_when_the_target_still_rejects_the_written_model(tmp_path, capsys):
+    """NonZero has no importer before 8.5 and no rewrite: the model is written, the exit code and
+    the summary say TensorRT 8.0 will still reject it, and no trtexec line is offered."""
+    out = tmp_path / "out.onnx"
+    code = main([str(ROOT / "fixtures" / "gathernd_decompose" / "masked_select_dynamo.onnx"), str(out), "--passes", "auto", "--trt", "8.0"])
+    printed = capsys.readouterr()
+    assert code == 4
+    assert out.exists()
+    assert "will still reject" in printed.err and "1 blocking finding(s) left" in printed.err
+    assert "NonZero" in printed.out and "trtexec" not in printed.out
+    assert "status: blocked" in printed.out
+    assert main([str(ROOT / "fixtures" / "gathernd_decompose" / "masked_select_dynamo.onnx"), str(out), "--passes", "auto", "--trt", "8.6"]) == 0

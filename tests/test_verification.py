@@ -3,6 +3,8 @@ node-level rollback, IR/opset limits asked of onnxruntime."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -11,10 +13,12 @@ import graphfix
 from fixtures.make_fixtures import all_fixtures, path_of
 from fixtures.recipes import fold_clip
 from fixtures.recipes._onnx import FLOAT, const, inp, model, node, out
+from graphfix import verify
 from graphfix.graph import replace_tensor
 from graphfix.passes import Pass
 from graphfix.passes.base import LIMIT, Rule
 
+DEMO = Path(__file__).resolve().parent.parent / "fixtures" / "demo" / "superglue_matcher.onnx"
 DYNAMIC = [(g, fx) for g, fx in all_fixtures() if g == "dynamic_shapes"] + [
     (g, fx) for g, fx in all_fixtures() if fx.name == "reflection_pad2d"]
 
@@ -107,3 +111,23 @@ def test_markdown_report_has_diagrams(tmp_path):
     result.save_report(tmp_path / "r.md")
     text = (tmp_path / "r.md").read_text()
     assert "```mermaid" in text and "flowchart LR" in text
+
+
+def test_a_model_only_default_onnxruntime_settings_run_is_verified_with_them(monkeypatch):
+    """Verification's tuned sessions (no optimizations, no memory pattern) must never refuse a model
+    a default onnxruntime session runs: here the tuned settings are made to fail, as they do on a
+    legacy scatter_reduce If whose branch declares [24] while computing [3,8]."""
+    from graphfix import external
+
+    real = external.session
+
+    def tuned_fails(model, base_dir, tuned=True):
+        if tuned:
+            raise RuntimeError("The output OrtValue provided for output 'y' has shape {24} but the computed output shape is {3,8}")
+        return real(model, base_dir, tuned)
+
+    monkeypatch.setattr(external, "session", tuned_fails)
+    result = graphfix.fix(str(DEMO), "all")
+    assert any(r.verdict == "kept" for r in result.report.passes)
+    assert verify.DEFAULT_SETTINGS_NOTE in result.report.notes
+    assert result.report.sessions == 3  # the tuned attempt that failed, then probe and final with defaults

@@ -12,6 +12,7 @@ from graphfix import report as report_mod
 from graphfix.api import FixResult, fix, write_report_files
 from graphfix.errors import GraphfixError
 from graphfix.model_io import Assembled, first_line, save_model
+from graphfix.report import ERROR, ROLLED_BACK
 from graphfix.trt import engine as trt_engine
 from graphfix.trt.engine import command_lines, covering_profile, parse_profile_shapes
 from graphfix.verify import parse_input_shapes, parse_shape_sets, parse_val_ranges
@@ -120,11 +121,12 @@ def run(args: argparse.Namespace) -> int:
         if status is not None:
             status.close()
     result.report.output = args.output
-    if args.build or args.trt:
+    if args.build or (args.trt and not result.report.blocking_left):  # no build line for a model it rejects
         engine_path = args.build or str(Path(args.output).with_suffix(".engine"))
         profile = profile or _verified_profile(result, args)  # the engine built is the one printed
         result.report.engine = {"commands": command_lines(args.output, engine_path, profile, args.fp16,
                                                           _reference_files(result, args))}
+    atomic.reraise_swallowed_signal()
     with atomic.Transaction() as tx:
         save_model(result.outcome.fixed, args.output, result.outcome.base_dir, args.external_data)
         if args.build:
@@ -132,9 +134,14 @@ def run(args: argparse.Namespace) -> int:
             result.report.engine.update(_build(result, args, profile, tx.reserve(args.build, "engine").temp))
         for path in args.report:
             write_report_files(result, path)
+        atomic.reraise_swallowed_signal()
         atomic.hold_signals()  # from the renames on, the run finishes cleanly
     _finish(result, args)
-    return 0
+    return EXIT_BLOCKED if result.report.blocking_left else 0
+
+
+#: The written model is still rejected by the ``--trt`` target (the summary says why and what to do).
+EXIT_BLOCKED = 4
 
 
 def _verified_profile(result: FixResult, args: argparse.Namespace) -> dict:
@@ -182,6 +189,28 @@ def _finish(result: FixResult, args: argparse.Namespace) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
 
 
+def blocked_summary(report: report_mod.Report) -> list[str]:
+    """Why TensorRT will still reject the written model, and what the user can do (exit 4)."""
+    left = report.blocking_left
+    if not left:
+        return []
+    lines = [f"graphfix: TensorRT {report.trt['after']['version_used']} will still reject {report.output}: "
+             f"{len(left)} blocking finding(s) left (exit 4)"]
+    for rec in report.passes:
+        if rec.verdict in (ROLLED_BACK, ERROR) or rec.rolled_back_nodes:
+            lines.append(f"  pass {rec.name}: {rec.reason}")
+    shapes = report.shapes or {}
+    differed = any("outputs differ" in rec.reason for rec in report.passes)
+    if differed and any(shapes.get("shapes") or [{}]) and "given" not in shapes.get("reason", ""):
+        used = " and ".join(",".join(f"{k}:{'x'.join(map(str, v))}" for k, v in s.items()) for s in shapes["shapes"])
+        lines.append(f"  verified at {used} ({shapes.get('reason', '')}): if these are not shapes the model is "
+                     "meant for, give real ones with --input-shapes NAME:1x3x224x224 (and --val-range for indices)")
+    without = [f for f in left if not f.get("fix_pass")]
+    if without:
+        lines.append(f"  {len(without)} finding(s) have no graphfix rewrite: each line above says what to change upstream")
+    return lines
+
+
 def _print(result: FixResult, args: argparse.Namespace) -> None:
     if not args.quiet:
         print(report_mod.table(result.report))
@@ -197,3 +226,5 @@ def _print(result: FixResult, args: argparse.Namespace) -> None:
         if "passed" in engine:
             print(f"TensorRT vs onnxruntime: {'match' if engine['passed'] else 'MISMATCH'} (max abs {engine['max_abs']:.3g}), engine {engine['engine']}")
         print(f"wrote {args.output}", file=sys.stderr)
+    for line in blocked_summary(result.report):  # with --quiet too: the exit code needs its reason
+        print(line, file=sys.stderr)
