@@ -168,7 +168,7 @@ def in_parens(like: str) -> str:
 MAX_DIAGRAMS, DIAGRAMS_PER_KIND, MAX_ROWS = 20, 3, 50
 
 
-def _cell(text: object) -> str:
+def md_cell(text: object) -> str:
     """Text that stays inside one Markdown table cell."""
     return " ".join(str(text).split()).replace("|", "\\|") or "-"
 
@@ -235,8 +235,8 @@ def _trt_table(check: dict[str, Any]) -> list[str]:
     for same in group_by(check["findings"], ("severity", "op", "message", "remedy")):
         f = same[0]
         where = f"`{f['node']}`{in_parens(_more_like(same))}" if f["node"] else "-"
-        rows.append([f["severity"], _cell(f["op"] or "(model)"), str(len(same)), _cell(where), _cell(f["message"]),
-                     _cell(f.get("remedy") or "-")])
+        rows.append([f["severity"], md_cell(f["op"] or "(model)"), str(len(same)), md_cell(where), md_cell(f["message"]),
+                     md_cell(f.get("remedy") or "-")])
     return _rows(["severity", "op", "nodes", "where", "finding", "remedy"], rows, "kinds of finding")
 
 
@@ -247,7 +247,7 @@ def markdown(report: Report) -> str:
            f"- status: **{report.status}**", f"- onnxruntime sessions: {report.sessions}", "",
            *_rows(["pass", "matched", "rewritten", "nodes", "worst output", "max abs", "max rel", "verdict", "time"],
                   _pass_rows(report), "rows")]
-    notes = [f"- **{p.name}**: {_cell(p.reason)}" for p in report.passes if p.reason]
+    notes = [f"- **{p.name}**: {md_cell(p.reason)}" for p in report.passes if p.reason]
     notes += [f"- **{p.name}**: {f['op']} `{f['node']}` not rewritten: {f['message']}{in_parens(like)}"
               for p in report.passes for f, like in grouped(p.findings)]
     if notes:
@@ -257,17 +257,17 @@ def markdown(report: Report) -> str:
         out += ["", "## Verification", "", f"- {report.verification or 'node by node: probe + end-to-end run'}",
                 f"- shapes: {report.shapes.get('reason', '')}"]
         out += [f"  - `{json.dumps(s)}`" for s in report.shapes.get("shapes", [])[:NAMED]]
-        out += [f"- note: {_cell(n)}" for n in report.notes[:MAX_ROWS]]
+        out += [f"- note: {md_cell(n)}" for n in report.notes[:MAX_ROWS]]
         if report.inputs:
-            out += ["", *_rows(["input", "dtype", "shape"], [[f"`{_cell(k)}`", v["dtype"], _cell(v["shape"])]
+            out += ["", *_rows(["input", "dtype", "shape"], [[f"`{md_cell(k)}`", v["dtype"], md_cell(v["shape"])]
                                                               for k, v in report.inputs.items()], "inputs")]
     if report.nodes:
         groups = rewrite_groups(report.nodes)
         out += ["", "## Rewrites", "", f"{len(report.nodes)} rewritten region(s) in {len(groups)} kind(s).", ""]
         out += _rows(["passes", "replaced", "regions", "verdict", "worst max abs", "nodes"], [[
-            ", ".join(g[0]["passes"]), _cell(" + ".join(n.split(" ", 1)[0] for n in g[0]["nodes"])), str(len(g)),
+            ", ".join(g[0]["passes"]), md_cell(" + ".join(n.split(" ", 1)[0] for n in g[0]["nodes"])), str(len(g)),
             f"**{g[0]['verdict']}**", _worst_diff(g),
-            _cell(", ".join(n for r in g[:NAMED] for n in r["nodes"]) + (f", … {len(g) - NAMED} more" if len(g) > NAMED else "")),
+            md_cell(", ".join(n for r in g[:NAMED] for n in r["nodes"]) + (f", … {len(g) - NAMED} more" if len(g) > NAMED else "")),
         ] for g in groups], "kinds of rewrite")
         drawn = _drawn(groups)
         out += ["", "## Rewritten regions", "",

@@ -74,7 +74,7 @@ def test_small_run_draws_every_region_and_trt_findings_are_tables(tmp_path):
 
 
 def test_table_cells_hold_any_text():
-    assert report_mod._cell("a | b\nc") == "a \\| b c"
+    assert report_mod.md_cell("a | b\nc") == "a \\| b c"
 
 
 @pytest.mark.parametrize("extra", [[], ["--input-shapes", "image:1x1x16x24"]])

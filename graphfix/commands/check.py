@@ -19,7 +19,7 @@ from typing import Any
 
 from graphfix.errors import GraphfixError
 from graphfix.model_io import load_model
-from graphfix.report import group_by, grouped
+from graphfix.report import group_by, grouped, md_cell
 from graphfix.trt.check import BLOCKING, check_model
 
 CLEAN, FIXABLE, BLOCKED, ERROR = "clean", "fixable", "blocked", "error"
@@ -183,10 +183,8 @@ def to_csv(rows: list[dict[str, Any]], versions: list[str]) -> str:
 
 
 def to_markdown(rows: list[dict[str, Any]], versions: list[str]) -> str:
-    from graphfix.report import _cell
-
     out = ["| model | " + " | ".join(versions) + " |", "|---|" + "---|" * len(versions)]
-    out += ["| " + " | ".join([f"`{_cell(r['model'])}`", *(_cell(cell(r, v)) for v in versions)]) + " |" for r in rows]
+    out += ["| " + " | ".join([f"`{md_cell(r['model'])}`", *(md_cell(cell(r, v)) for v in versions)]) + " |" for r in rows]
     return "\n".join(out)
 
 
