@@ -357,19 +357,19 @@ def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: s
         return settings.feeds
     session, defaults_tried = None, False
 
-    def attempt(feed: dict) -> None:
+    def attempt(feed: dict) -> list:
         nonlocal session
         if session is None:
             session = verify.session(model, settings.base_dir, counter.tuned)
             report.search_sessions += 1
-        session.run(None, feed)
+        return session.run(None, feed)
 
     def runs(shapes: dict) -> str | None:
         nonlocal session, defaults_tried
         try:
             feed = verify.make_inputs(model, shapes, settings.val_range, settings.seed, 1)[0]
             try:
-                attempt(feed)
+                first = attempt(feed)
             except GraphfixError:
                 raise
             except Exception:  # noqa: BLE001 - once, onnxruntime's defaults (verify.run says why)
@@ -377,15 +377,17 @@ def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: s
                     raise
                 session, counter.tuned, defaults_tried = None, False, True
                 try:
-                    attempt(feed)
+                    first = attempt(feed)
                 except Exception:
                     session, counter.tuned = None, True
                     raise
+            if settings.input_shapes:
+                return None  # the user's shapes: used as given
+            return verify.unusable(first, attempt(feed), [o.name for o in model.graph.output])
         except GraphfixError:
             raise
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
             return first_line(exc)
-        return None
 
     choice = shapes_mod.choose(model, settings.input_shapes, runs, source)
     for extra in settings.profile_shapes:
