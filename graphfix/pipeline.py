@@ -27,10 +27,10 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from graphfix import discrete, verify
 from graphfix import passes as registry
 from graphfix import regions as regions_mod
 from graphfix import shapes as shapes_mod
-from graphfix import verify
 from graphfix.errors import GraphfixError
 from graphfix.graph import Builder, Folder, to_graph, to_model
 from graphfix.graph.convert import all_graphs, to_parts
@@ -318,13 +318,18 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     gc.freeze()  # and it never rescans the imported objects
     try:
         log = EditLog()
+        decided = discrete.find(graph) if settings.verify else ([], {})
+        if decided[1] and len(feeds) < 2 and not settings.feeds:  # near-ties show at more than one input
+            shapes = {k: tuple(v) for k, v in report.shapes["shapes"][0].items()}
+            feeds = feeds + verify.make_inputs(model, shapes, settings.val_range, settings.seed + 1, 1)
         if settings.verify and settings.verify_each:
             return _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step, before)
         _run_passes(graph, chosen, settings, log, report, step)
         baseline = final_results = fixed = None
         if settings.verify:
             step("verifying rewrites on onnxruntime")
-            baseline, final_results, fell_back, fixed = _verify_regions(model, graph, log, settings, report, feeds, counter, source)
+            baseline, final_results, fell_back, fixed = _verify_regions(model, graph, log, settings, report, feeds, counter,
+                                                                        source, decided)
             if fell_back:
                 gc.unfreeze()
                 report.passes.clear()
@@ -410,11 +415,13 @@ def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: s
     return feeds
 
 
-def _verify_regions(model, graph, log, settings, report, feeds, counter, source):
-    """Probe session + end-to-end session. Returns (baseline, final, fell_back, the fixed model)."""
+def _verify_regions(model, graph, log, settings, report, feeds, counter, source, decided=([], {})):
+    """Probe session + end-to-end session. Returns (baseline, final, fell_back, the fixed model).
+    ``decided``: the original's decisions and the outputs depending on them (graphfix.discrete)."""
     originals = regions_mod.original_names(model)
     regs = regions_mod.regions(log.edits, graph, originals)
-    probe = regions_mod.probe_model(model, regs)
+    decisions, depends = decided if decided[1] else ([], {})
+    probe = regions_mod.probe_model(model, regs, discrete.exposed(decisions))
     try:
         probe_results = verify.run(probe, feeds, "graphfix-probe", counter, settings.base_dir)
     except Exception as exc:  # noqa: BLE001
@@ -464,10 +471,13 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source)
         report.notes.append(f"the fixed model is invalid ({invalid}); checking pass by pass")
         return baseline, None, True, None
     try:
-        final = verify.run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
+        final = verify.run(_exposing(fixed, discrete.exposed(decisions)), feeds, "graphfix-fixed", counter, settings.base_dir)
     except Exception as exc:  # noqa: BLE001
         report.notes.append(f"onnxruntime cannot run the fixed model ({first_line(exc)}); checking pass by pass")
         return baseline, None, True, None
+    if decisions:
+        report.discrete = discrete.judge(decisions, depends, verify.iterations(probe_results), verify.iterations(final))
+        final = verify.select_outputs(final, [o.name for o in model.graph.output])
     diffs = _end_to_end(model, baseline, final, settings, feeds, counter, report)
     report.final = {k: d.as_dict() for k, d in diffs.items()}
     if not all(d.passed for d in diffs.values()):
@@ -526,11 +536,25 @@ def _end_to_end(model, baseline, results, settings: Settings, feeds, counter, re
     force, and with the automatic tolerance, where that fails, within NOISE_MULTIPLE times the
     original model's own noise floor (measured once per run, reported as ``noise_floor``)."""
     diffs = verify.compare(baseline, results, *settings.tol)
-    if all(d.passed for d in diffs.values()) or not settings.automatic_tolerance:
-        return diffs
-    if report.noise_floor is None:
-        report.noise_floor = verify.noise_floor(model, feeds, baseline, counter, settings.base_dir)
-    return verify.compare(baseline, results, *settings.tol, report.noise_floor)
+    if not all(d.passed for d in diffs.values()) and settings.automatic_tolerance:
+        if report.noise_floor is None:
+            report.noise_floor = verify.noise_floor(model, feeds, baseline, counter, settings.base_dir)
+        diffs = verify.compare(baseline, results, *settings.tol, report.noise_floor)
+    for name, d in diffs.items():  # an output that follows near-tie flips of its decisions
+        if not d.passed and report.discrete and discrete.explained(report.discrete, name):
+            d.passed, d.note = True, "differs where a decision it depends on flipped at a near-tie (see discrete)"
+    return diffs
+
+
+def _exposing(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto | Assembled:
+    """``model`` with these tensors (where it computes them) as extra outputs, weights not copied."""
+    if not names:
+        return model
+    computed = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
+    parts = Assembled.of(model, to_edit=True)
+    have = {o.name for o in parts.stub.graph.output}
+    parts.stub.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names if n in computed and n not in have)
+    return parts
 
 
 def _invalid(model: onnx.ModelProto, full_check: bool) -> str | None:
