@@ -109,6 +109,7 @@ def fix(
     output: str | os.PathLike | None = None,
     progress=None,
     profile_shapes: Sequence[dict[str, Sequence[int]]] = (),
+    fix_shapes: dict[str, Sequence[int]] | None = None,
 ) -> FixResult:
     """Run the pass pipeline on a model (path or ModelProto), verifying each pass on onnxruntime.
 
@@ -120,6 +121,8 @@ def fix(
     ``input_shapes``: one dict of shapes, or several (each is verified); without it the
     verification shapes are found by trying. ``output`` writes the fixed model atomically.
     ``inputs``: feeds (one dict per iteration) or a ``.npz``/polygraphy JSON file of them.
+    ``fix_shapes``: input dims to freeze in the written model (the shape arithmetic that then
+    folds is folded; verified against the original at those shapes).
     Bad settings, paths or inputs raise GraphfixError before any work.
     """
     options.check_settings(passes=passes, iterations=iterations, seed=seed, atol=atol, rtol=rtol, val_range=val_range)
@@ -136,6 +139,7 @@ def fix(
         force=tuple(force), verify=verify, verify_each=verify_each, strict=strict, atol=atol, rtol=rtol, seed=seed,
         iterations=iterations, input_shapes=_shape_sets(input_shapes),
         profile_shapes=_shape_sets(list(profile_shapes)), val_range=dict(val_range or {}), feeds=inputs,
+        fix_shapes={k: tuple(int(d) for d in v) for k, v in (fix_shapes or {}).items()},
         base_dir=None if source is None else str(Path(source).resolve().parent),
     )
     outcome = pipeline.run(model, settings, source, None if output is None else str(output), progress)

@@ -73,6 +73,8 @@ class Settings:
     input_shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
     #: the TensorRT profile's min/opt/max shapes: verified too where onnxruntime runs them
     profile_shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
+    #: --fix-shapes: input dims frozen in the written model, shape arithmetic folded (verified)
+    fix_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     val_range: dict[str, tuple[float, float]] = field(default_factory=dict)
     feeds: list[dict[str, np.ndarray]] | None = None
     #: the folder the model's external-data locations are relative to (None: no external data)
@@ -96,6 +98,7 @@ class Settings:
             "verify_each": self.verify_each, "strict": self.strict, "atol": self.atol, "rtol": self.rtol,
             "seed": self.seed, "iterations": self.iterations,
             "input_shapes": [{k: list(v) for k, v in s.items()} for s in self.input_shapes],
+            "fix_shapes": {k: list(v) for k, v in self.fix_shapes.items()},
             "val_range": {k: list(v) for k, v in self.val_range.items()},
         }
 
@@ -302,11 +305,14 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     _trt_version(settings.trt)
     for name in settings.force:
         registry.get(name)
-    before = _check(model, settings.trt)  # once: it chooses the passes for auto and opens the summary
-    chosen = choose_passes(model, settings, before)
     report = Report(source, target, settings.public())
     counter = verify.SessionCounter()
     step = progress or (lambda what: None)
+    if settings.fix_shapes:
+        step("fixing input shapes")
+        model = _freeze(model, settings, report, counter)
+    before = _check(model, settings.trt)  # once: it chooses the passes for auto and opens the summary
+    chosen = choose_passes(model, settings, before)
 
     feeds: list[dict[str, np.ndarray]] = []
     if settings.verify:
@@ -353,6 +359,38 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         report.trt = _trt_summary(before, after, settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
     return outcome
+
+
+def _freeze(model: onnx.ModelProto, settings: Settings, report: Report, counter: verify.SessionCounter) -> onnx.ModelProto:
+    """--fix-shapes as a verified step before the passes: the frozen model against the original
+    at the frozen shapes (two sessions); kept only when they agree, else the original goes on."""
+    from graphfix import fix_shapes
+
+    t0 = time.perf_counter()
+    frozen, gone = fix_shapes.freeze(model, settings.fix_shapes)
+    record = PassRecord("fix-shapes", UNVERIFIED, matched=len(settings.fix_shapes), rewritten=gone or len(settings.fix_shapes),
+                        nodes_before=len(model.graph.node), nodes_after=len(frozen.graph.node))
+    report.passes.append(record)
+    if settings.verify:
+        feeds = settings.feeds or verify.make_inputs(model, settings.fix_shapes, settings.val_range, settings.seed,
+                                                     settings.iterations)
+        try:
+            original = verify.run(model, feeds, "original", counter, settings.base_dir)
+            diffs = _end_to_end(model, original, verify.run(frozen, feeds, "fix-shapes", counter, settings.base_dir),
+                                settings, feeds, counter, report)
+        except GraphfixError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
+            raise GraphfixError(f"--fix-shapes: onnxruntime cannot run the model at {shapes_mod.describe(settings.fix_shapes)} "
+                                f"({first_line(exc)})") from exc
+        record.outputs = {k: d.as_dict() for k, d in diffs.items()}
+        bad = [k for k, d in diffs.items() if not d.passed]
+        record.verdict = ROLLED_BACK if bad else KEPT
+        if bad:
+            record.reason = f"rolled back: the frozen model's outputs differ ({', '.join(bad)})"
+            record.nodes_after = record.nodes_before
+    record.seconds = round(time.perf_counter() - t0, 4)
+    return model if record.verdict == ROLLED_BACK else frozen
 
 
 def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: str | None,
