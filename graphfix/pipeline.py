@@ -75,6 +75,8 @@ class Settings:
     profile_shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
     #: --fix-shapes: input dims frozen in the written model, shape arithmetic folded (verified)
     fix_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: --simplify: onnxsim first, verified and rolled back like a pass (needs graphfix[simplify])
+    simplify: bool = False
     val_range: dict[str, tuple[float, float]] = field(default_factory=dict)
     feeds: list[dict[str, np.ndarray]] | None = None
     #: the folder the model's external-data locations are relative to (None: no external data)
@@ -98,7 +100,7 @@ class Settings:
             "verify_each": self.verify_each, "strict": self.strict, "atol": self.atol, "rtol": self.rtol,
             "seed": self.seed, "iterations": self.iterations,
             "input_shapes": [{k: list(v) for k, v in s.items()} for s in self.input_shapes],
-            "fix_shapes": {k: list(v) for k, v in self.fix_shapes.items()},
+            "fix_shapes": {k: list(v) for k, v in self.fix_shapes.items()}, "simplify": self.simplify,
             "val_range": {k: list(v) for k, v in self.val_range.items()},
         }
 
@@ -312,12 +314,17 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         step("fixing input shapes")
         model = _freeze(model, settings, report, counter)
     before = _check(model, settings.trt)  # once: it chooses the passes for auto and opens the summary
-    chosen = choose_passes(model, settings, before)
 
     feeds: list[dict[str, np.ndarray]] = []
     if settings.verify:
         step("choosing verification inputs")
         feeds = _feeds(model, settings, report, source, counter)
+    if settings.simplify:
+        step("simplifying (onnxsim)")
+        simplified = _simplify(model, settings, report, counter, feeds, before)
+        if simplified is not model:
+            model, before = simplified, _check(simplified, settings.trt)
+    chosen = choose_passes(model, settings, before)
 
     step("importing the graph")
     graph = to_graph(model)  # with the collector off
@@ -368,29 +375,65 @@ def _freeze(model: onnx.ModelProto, settings: Settings, report: Report, counter:
 
     t0 = time.perf_counter()
     frozen, gone = fix_shapes.freeze(model, settings.fix_shapes)
-    record = PassRecord("fix-shapes", UNVERIFIED, matched=len(settings.fix_shapes), rewritten=gone or len(settings.fix_shapes),
-                        nodes_before=len(model.graph.node), nodes_after=len(frozen.graph.node))
+    feeds = settings.feeds or (verify.make_inputs(model, settings.fix_shapes, settings.val_range, settings.seed,
+                                                  settings.iterations) if settings.verify else [])
+    try:
+        return _whole_model_step("fix-shapes", model, frozen, gone or len(settings.fix_shapes), feeds, settings, report, counter, t0)
+    except verify.CannotRun as exc:
+        raise GraphfixError(f"--fix-shapes: onnxruntime cannot run the model at {shapes_mod.describe(settings.fix_shapes)} "
+                            f"({exc})") from exc
+
+
+def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counter: verify.SessionCounter, feeds,
+              before) -> onnx.ModelProto:
+    """--simplify (onnxsim) as a verified step; also rolled back when it writes an op the target
+    (or, without one, the newest release) rejects."""
+    from graphfix import simplify as simplify_mod
+
+    t0 = time.perf_counter()
+    try:
+        simplified = simplify_mod.simplify(model)
+    except simplify_mod.SimplifyFailed as exc:
+        report.passes.append(PassRecord("simplify", ERROR, reason=f"not applied: onnxsim failed ({exc})"))
+        return model
+    from graphfix.trt.check import check_model
+    from graphfix.trt.support import versions
+
+    target = settings.trt or versions()[-1]
+    added = simplify_mod.new_blockers(before if settings.trt else check_model(model, target), check_model(simplified, target))
+    gone = len(model.graph.node) - len(simplified.graph.node)
+    if added:
+        report.passes.append(PassRecord("simplify", ROLLED_BACK, rewritten=max(gone, 1), nodes_before=len(model.graph.node),
+                                        nodes_after=len(model.graph.node), reason=f"rolled back: it writes what TensorRT "
+                                        f"{target} rejects: {'; '.join(added[:3])}"))
+        return model
+    return _whole_model_step("simplify", model, simplified, max(gone, 1), feeds, settings, report, counter, t0)
+
+
+def _whole_model_step(name: str, model: onnx.ModelProto, candidate: onnx.ModelProto, rewritten: int, feeds, settings: Settings,
+                      report: Report, counter: verify.SessionCounter, t0: float) -> onnx.ModelProto:
+    """A step that rewrites the whole model, verified end to end against the model it started
+    from on ``feeds`` (two sessions); the candidate is returned only when they agree."""
+    record = PassRecord(name, UNVERIFIED, matched=1, rewritten=rewritten, nodes_before=len(model.graph.node),
+                        nodes_after=len(candidate.graph.node))
     report.passes.append(record)
     if settings.verify:
-        feeds = settings.feeds or verify.make_inputs(model, settings.fix_shapes, settings.val_range, settings.seed,
-                                                     settings.iterations)
         try:
             original = verify.run(model, feeds, "original", counter, settings.base_dir)
-            diffs = _end_to_end(model, original, verify.run(frozen, feeds, "fix-shapes", counter, settings.base_dir),
-                                settings, feeds, counter, report)
+            results = verify.run(candidate, feeds, name, counter, settings.base_dir)
         except GraphfixError:
             raise
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
-            raise GraphfixError(f"--fix-shapes: onnxruntime cannot run the model at {shapes_mod.describe(settings.fix_shapes)} "
-                                f"({first_line(exc)})") from exc
+            raise verify.CannotRun(first_line(exc)) from exc
+        diffs = _end_to_end(model, original, results, settings, feeds, counter, report)
         record.outputs = {k: d.as_dict() for k, d in diffs.items()}
         bad = [k for k, d in diffs.items() if not d.passed]
         record.verdict = ROLLED_BACK if bad else KEPT
         if bad:
-            record.reason = f"rolled back: the frozen model's outputs differ ({', '.join(bad)})"
+            record.reason = f"rolled back: the {name} model's outputs differ ({', '.join(bad)})"
             record.nodes_after = record.nodes_before
     record.seconds = round(time.perf_counter() - t0, 4)
-    return model if record.verdict == ROLLED_BACK else frozen
+    return model if record.verdict == ROLLED_BACK else candidate
 
 
 def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: str | None,

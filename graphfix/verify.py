@@ -167,6 +167,10 @@ def load_inputs(path: str, model: onnx.ModelProto) -> Feeds:
 
 
 # ------------------------------------------------------------------ running
+class CannotRun(Exception):
+    """onnxruntime cannot run a model graphfix must run (the caller says which and why)."""
+
+
 class SessionCounter:
     """Counts onnxruntime sessions (reports say what verification cost) and remembers whether
     verification's tuned session settings had to give way to onnxruntime's defaults."""

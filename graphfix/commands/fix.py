@@ -49,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fix-shapes", action=_Shapes, nargs="+", type=_shape_item, metavar="NAME:1x3x320x320",
                    help="freeze these input dims in the written model and fold the shape arithmetic that becomes "
                         "constant (computed TopK K, Resize sizes, pads); verified against the original at those shapes")
+    g.add_argument("--simplify", action="store_true",
+                   help="run onnx-simplifier first (graphfix[simplify]), verified and rolled back like a pass")
     v = p.add_argument_group("verification (onnxruntime, before vs after every pass)")
     v.add_argument("--no-verify", action="store_true", help="skip onnxruntime verification (passes are then kept unverified)")
     v.add_argument("--verify-each", action="store_true", help="check pass by pass (one session per changed pass; for debugging)")
@@ -120,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
             iterations=args.iterations, input_shapes=parse_shape_sets(args.input_shapes), verify_each=args.verify_each,
             profile_shapes=_profile_sets(args), progress=step if status is not None else None,
             val_range=val_range, inputs=args.load_inputs, fix_shapes=parse_input_shapes(args.fix_shapes),
+            simplify=args.simplify,
         )
     finally:
         if status is not None:
