@@ -42,7 +42,7 @@ class FixResult:
             return save_model(self.outcome.fixed, path, self.outcome.base_dir, external_data)
 
     def save_report(self, path: str | os.PathLike) -> None:
-        """JSON (or ``.md``); a JSON report gets polygraphy inputs/outputs files beside it.
+        """JSON, ``.md`` or ``.html`` (by extension); a JSON report gets polygraphy inputs/outputs files beside it.
         All of them are written, or none."""
         plan = paths.plan_fix(self._source(), None, [path])
         if self.report.output is not None:
@@ -58,7 +58,7 @@ class FixResult:
 
 def write_report_files(result: FixResult, path: str | os.PathLike) -> None:
     """The report and its sidecars through the atomic writer (callers plan the paths first)."""
-    if not str(path).endswith(".md") and result.outcome.baseline is not None:
+    if paths.sidecars(path) and result.outcome.baseline is not None:
         result.report.files = save_polygraphy_files(result.outcome, Path(path))
     report.write(result.report, path)
 

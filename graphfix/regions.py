@@ -12,6 +12,7 @@ run of the fixed model (the second session) confirms the whole.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -218,3 +219,35 @@ def diagram(region: Region) -> str:
     lines = ["flowchart LR", "  subgraph " + mermaid_node("before", "before"), *_flow("b", before), "  end",
              "  subgraph " + mermaid_node("after", "after"), *_flow("a", after), "  end"]
     return "\n".join(lines)
+
+
+_UNESCAPES = {v: k for k, v in _ESCAPES.items()}
+_NODE_LINE = re.compile(r'^\s*(\w+)(\(\[|\[\(|\[)"(.*)"(\]\)|\)\]|\])$')
+_EDGE_LINE = re.compile(r"^\s*(\w+) --> (\w+)$")
+_SUBGRAPH_LINE = re.compile(r"^\s*subgraph (\w+)")
+_KINDS = {"[": "op", "([": "tensor", "[(": "constant"}
+
+
+@dataclass
+class DrawnGraph:
+    """One side (before/after) of a :func:`diagram`: nodes as (kind, label) by id, in the order
+    written, and the edges; what the HTML report lays out as SVG."""
+
+    nodes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    edges: list[tuple[str, str]] = field(default_factory=list)
+
+
+def diagram_graphs(text: str) -> dict[str, DrawnGraph]:
+    """The inverse of :func:`diagram`: its subgraphs by name (``before``/``after``), labels
+    unescaped. Read from the diagram text so that a JSON report alone can be drawn again."""
+    sides: dict[str, DrawnGraph] = {}
+    side = sides.setdefault("", DrawnGraph())
+    for line in text.splitlines():
+        if m := _SUBGRAPH_LINE.match(line):
+            side = sides.setdefault(m.group(1), DrawnGraph())
+        elif m := _EDGE_LINE.match(line):
+            side.edges.append((m.group(1), m.group(2)))
+        elif m := _NODE_LINE.match(line):
+            label = re.sub(r"#(quot|lt|gt|96|35);", lambda e: _UNESCAPES[e.group(0)], m.group(3))
+            side.nodes[m.group(1)] = (_KINDS[m.group(2)], label)
+    return {k: v for k, v in sides.items() if v.nodes}

@@ -325,6 +325,12 @@ def markdown(report: Report) -> str:
 
 # --------------------------------------------------------------------- files
 def write(report: Report, path: str | os.PathLike) -> None:
-    """``.md`` writes Markdown, anything else JSON (atomically)."""
-    text = markdown(report) if str(path).endswith(".md") else json.dumps(report.as_dict(), indent=2) + "\n"
+    """``.md`` writes Markdown, ``.html`` one self-contained page, anything else JSON (atomically)."""
+    suffix = os.path.splitext(str(path))[1]
+    if suffix == ".html":
+        from graphfix.report_html import page
+
+        text = page(report)
+    else:
+        text = markdown(report) if suffix == ".md" else json.dumps(report.as_dict(), indent=2) + "\n"
     write_atomic(path, text.encode(), "report")

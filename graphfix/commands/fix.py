@@ -75,7 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the weights to this file beside the output (default for models with external data or "
                         "over 2 GiB: OUT.onnx.data; smaller models stay one file unless this is given)")
     r = p.add_argument_group("reports")
-    r.add_argument("--report", action="append", default=[], metavar="FILE", help="write the report: .json (plus polygraphy inputs/outputs files) or .md")
+    r.add_argument("--report", action="append", default=[], metavar="FILE", help="write the report: .json (plus polygraphy inputs/outputs files), .md or .html (one self-contained page)")
     r.add_argument("--quiet", action="store_true", help="don't print the table")
 
 
