@@ -303,7 +303,6 @@ def _rewrites_section(report: Report) -> list[str]:
     for r in report.nodes:
         for p in r["passes"]:
             used.setdefault(p, set()).update(_node_parts(n)[0] for n in r["nodes"])
-    out += ["<h3>Why: what each rewrite prevents</h3>" + (f"<p>The rules of TensorRT {esc(target)} these passes enforce.</p>" if target else ""), _why(used, target)]
     drawn = _drawn(groups)
     out += ["<h2>Rewritten regions</h2>",
             f"<p>{len(drawn)} of {len(report.nodes)} drawn (each kind of rewrite first); every diagram is in the JSON report.</p>"]
@@ -325,6 +324,8 @@ def _rewrites_section(report: Report) -> list[str]:
         sides = diagram_graphs(r.get("diagram") or "")
         out.append('<div class="sides">' + "".join(f'<div class="side">{svg(g, f"r{k}{side}", side)}</div>'
                                                    for side, g in sides.items()) + "</div></section>")
+    out += ["<h2>Why: what each rewrite prevents</h2>"
+            + (f"<p>The rules of TensorRT {esc(target)} these passes enforce.</p>" if target else ""), _why(used, target)]
     return out
 
 
@@ -388,12 +389,13 @@ def page(report: Report) -> str:
     """The whole report as one HTML document (UTF-8, no external resource)."""
     head = [("input", _code(report.input)), ("output", _code(report.output)), ("status", _verdict(report.status)),
             ("time", f"{report.seconds:.2f}s")]
-    if report.settings.get("trt"):
-        head.append(("TensorRT target", esc(report.settings["trt"])))
+    if report.trt:
+        blocking = [sum(f["severity"] == "blocking" for f in report.trt[k]["findings"]) for k in ("before", "after")]
+        head.append((f"TensorRT {esc(report.trt['version'])}", f"{blocking[0]} blocking finding(s) before, {blocking[1]} after"))
     body = ["<h1>graphfix report</h1>", '<table class="facts">'
             + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in head) + "</table>",
-            *_passes_section(report), *_verification_section(report), *_rewrites_section(report),
-            *_trt_section(report), *_engine_section(report)]
+            *_passes_section(report), *_rewrites_section(report), *_trt_section(report), *_verification_section(report),
+            *_engine_section(report)]
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>graphfix report: {esc(report.input)}</title><style>{_CSS}</style></head><body>\n"
