@@ -121,6 +121,7 @@ def fix(
     floor end to end, as the README's verification section explains; given: exactly those) (``strict=True`` raises instead); ``verify_each`` checks pass by pass instead.
     ``input_shapes``: one dict of shapes, or several (each is verified); without it the
     verification shapes are found by trying. ``output`` writes the fixed model atomically.
+    ``progress``: called with what the run is doing (``"phase: detail"``), e.g. to show a status line.
     ``inputs``: feeds (one dict per iteration) or a ``.npz``/polygraphy JSON file of them.
     ``fix_shapes``: input dims to freeze in the written model (the shape arithmetic that then
     folds is folded; verified against the original at those shapes). ``simplify``: onnxsim first
@@ -131,6 +132,8 @@ def fix(
     source = None if isinstance(model, onnx.ModelProto) else str(model)
     inputs_file = None if inputs is None or isinstance(inputs, list | tuple) else str(inputs)
     paths.plan_fix(source, output, load_inputs=inputs_file)
+    if progress is not None:
+        progress("loading the model")
     if isinstance(model, onnx.ModelProto):
         check_graph(model, "<model>")
     else:

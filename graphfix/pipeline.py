@@ -251,7 +251,7 @@ def _undo_new_blockers(graph: gs.Graph, log: EditLog, report: Report, trt: str) 
 
 def _run_pass(p: Pass, graph: gs.Graph, record: PassRecord, settings: Settings, trt: TrtVersion | None,
               signature: list[tuple], counts: Counter, log: EditLog, step, after_pass) -> None:
-    step(f"pass {p.name}")
+    step(f"running passes: {p.name}")
     t0 = time.perf_counter()
     mark = len(log.edits)
     again = record.verdict != UNCHANGED or record.matched  # a later round: add to the first round's record
@@ -313,6 +313,8 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     if settings.fix_shapes:
         step("fixing input shapes")
         model = _freeze(model, settings, report, counter)
+    if settings.trt is not None:
+        step(f"checking the model for TensorRT {settings.trt}")
     before = _check(model, settings.trt)  # once: it chooses the passes for auto and opens the summary
 
     feeds: list[dict[str, np.ndarray]] = []
@@ -340,9 +342,8 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         _run_passes(graph, chosen, settings, log, report, step)
         baseline = final_results = fixed = None
         if settings.verify:
-            step("verifying rewrites on onnxruntime")
             baseline, final_results, fell_back, fixed = _verify_regions(model, graph, log, settings, report, feeds, counter,
-                                                                        source, decided)
+                                                                        source, decided, step)
             if fell_back:
                 gc.unfreeze()
                 report.passes.clear()
@@ -362,6 +363,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         report.notes.append(verify.DEFAULT_SETTINGS_NOTE)
     outcome = Outcome(fixed, report, feeds, baseline, final_results)
     if settings.trt is not None:
+        step(f"checking the fixed model for TensorRT {settings.trt}")
         after = _check_fixed(graph, fixed, settings.trt) if isinstance(fixed, Assembled) else _check(fixed, settings.trt)
         report.trt = _trt_summary(before, after, settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
@@ -496,11 +498,14 @@ def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: s
     return feeds
 
 
-def _verify_regions(model, graph, log, settings, report, feeds, counter, source, decided=([], {})):
+def _verify_regions(model, graph, log, settings, report, feeds, counter, source, decided=([], {}), step=lambda what: None):
     """Probe session + end-to-end session. Returns (baseline, final, fell_back, the fixed model).
-    ``decided``: the original's decisions and the outputs depending on them (graphfix.discrete)."""
+    ``decided``: the original's decisions and the outputs depending on them (graphfix.discrete).
+    ``step`` hears each phase and, every 1/100 of them, how many regions were compared (a
+    100k-node run spends tens of seconds here)."""
     originals = regions_mod.original_names(model)
     regs = regions_mod.regions(log.edits, graph, originals)
+    step(f"verification probe run on onnxruntime ({len(regs)} regions)")
     decisions, depends = decided if decided[1] else ([], {})
     probe = regions_mod.probe_model(model, regs, discrete.exposed(decisions))
     try:
@@ -515,7 +520,10 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source,
         report.notes.append(f"the probe model could not run ({first_line(exc)}); checking pass by pass")
         return None, None, True, None
     by_pass = {r.name: r for r in report.passes}
-    for r in regs:
+    every = max(1, len(regs) // 100)
+    for k, r in enumerate(regs):
+        if k % every == 0:
+            step(f"comparing {len(regs)} regions: {k} done")
         records = verify.region_diffs(probe_results, r.probes, *settings.tol, settings.automatic_tolerance) if not r.unchecked else {}
         bad = {k: d for k, d in records.items() if not d.passed}
         entry = {"passes": r.passes, "nodes": [f"{e.node.op} '{e.node.name}'" for e in r.edits],
@@ -551,6 +559,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source,
     if invalid:
         report.notes.append(f"the fixed model is invalid ({invalid}); checking pass by pass")
         return baseline, None, True, None
+    step("end-to-end run of the fixed model")
     try:
         final = verify.run(_exposing(fixed, discrete.exposed(decisions)), feeds, "graphfix-fixed", counter, settings.base_dir)
     except Exception as exc:  # noqa: BLE001
@@ -570,11 +579,13 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
     """Whole-pass checking: one session for the input plus one per changed pass (debugging, fallback)."""
     if not report.verification:
         report.verification = "pass by pass (--verify-each)"
+    step("original model on onnxruntime")
     baseline = verify.run(model, feeds, "original", counter, settings.base_dir)
     full_check = passes_full_check(model)
     state = {"results": baseline}
 
     def check(record: PassRecord, edits) -> None:
+        step(f"running passes: verifying {record.name}")
         candidate = to_model(graph, model)
         reason = _invalid(candidate, full_check)
         results = None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 from graphfix import atomic, options, paths
@@ -84,13 +86,53 @@ def _profile_sets(args: argparse.Namespace) -> list[dict[str, tuple[int, ...]]]:
     return [parse_input_shapes(flag) for flag in (args.trt_min_shapes, args.trt_opt_shapes, args.trt_max_shapes) if flag]
 
 
-def _status_line(args: argparse.Namespace):
-    """A live status line (tqdm) on a terminal; nothing when piped or --quiet."""
-    if args.quiet or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
+class _Progress:
+    """What the run is doing, on stderr (nothing with --quiet). On a terminal a live status line
+    (tqdm) whose elapsed time keeps ticking while one long onnxruntime call runs (a thread
+    refreshes it); elsewhere (CI, pipes) one line per finished phase with its time, so a log shows
+    where a long run went. A step ``"phase: detail"`` belongs to ``phase`` (details such as the
+    pass name or the regions compared are shown live only)."""
 
-    return tqdm(file=sys.stderr, bar_format="graphfix: {desc} [{elapsed}]", leave=False)
+    def __init__(self) -> None:
+        self.live = sys.stderr.isatty()
+        self.phase: str | None = None
+        self.started = 0.0
+        self.bar = None
+        self.stop = threading.Event()
+        if self.live:
+            from tqdm import tqdm
+
+            self.bar = tqdm(file=sys.stderr, bar_format="graphfix: {desc} [{elapsed}]", leave=False)
+            self.ticker = threading.Thread(target=self._tick, daemon=True)
+            self.ticker.start()
+
+    def _tick(self) -> None:
+        while not self.stop.wait(0.5):
+            self.bar.refresh()
+
+    def __call__(self, what: str) -> None:
+        if self.bar is not None:
+            self.bar.set_description_str(what)
+            self.bar.update()
+            return
+        phase = what.split(": ", 1)[0]
+        if phase != self.phase:
+            self._end_phase()
+            self.phase, self.started = phase, time.perf_counter()
+
+    def _end_phase(self) -> None:
+        if self.phase is not None:
+            print(f"graphfix: {self.phase} ... {time.perf_counter() - self.started:.1f}s", file=sys.stderr, flush=True)
+        self.phase = None
+
+    def close(self, finished: bool) -> None:
+        """``finished``: the last phase's line too (a failed run's error says the rest)."""
+        if self.bar is not None:
+            self.stop.set()
+            self.ticker.join()
+            self.bar.close()
+        elif finished:
+            self._end_phase()
 
 
 def _split(items: list[str]) -> tuple[str, ...]:
@@ -109,24 +151,22 @@ def run(args: argparse.Namespace) -> int:
         raise GraphfixError(f"--build: {trt_engine.MISSING}")
     paths.plan_fix(args.input, args.output, args.report, load_inputs=args.load_inputs, engine=args.build,
                    external_data=args.external_data, sidecar_files=not args.no_verify)
-    status = _status_line(args)
-
-    def step(what: str) -> None:
-        status.set_description_str(what)
-        status.update()
-
+    status = None if args.quiet else _Progress()
     try:
         result = fix(
             args.input, args.passes, skip=_split(args.skip), trt=args.trt, force=_split(args.force),
             verify=not args.no_verify, strict=args.strict, atol=args.atol, rtol=args.rtol, seed=args.seed,
             iterations=args.iterations, input_shapes=parse_shape_sets(args.input_shapes), verify_each=args.verify_each,
-            profile_shapes=_profile_sets(args), progress=step if status is not None else None,
+            profile_shapes=_profile_sets(args), progress=status,
             val_range=val_range, inputs=args.load_inputs, fix_shapes=parse_input_shapes(args.fix_shapes),
             simplify=args.simplify,
         )
-    finally:
+    except BaseException:
         if status is not None:
-            status.close()
+            status.close(finished=False)
+        raise
+    if status is not None:
+        status.close(finished=True)
     result.report.output = args.output
     if args.build or (args.trt and not result.report.blocking_left):  # no build line for a model it rejects
         engine_path = args.build or str(Path(args.output).with_suffix(".engine"))
