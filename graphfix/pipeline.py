@@ -237,6 +237,8 @@ def _undo_new_blockers(graph: gs.Graph, log: EditLog, report: Report, trt: str) 
         f = next((blamed[id(e)] for e in region.edits if id(e) in blamed), None)
         if f is None:
             continue
+        report.nodes.append(_node_record(region, ROLLED_BACK, "not compared: undone before verification",
+                                         f"emits {f.op} {f.node!r}, which TensorRT {trt} rejects ({f.message})"))
         region.undo()
         undone += 1
         why = f"{', '.join(f'{e.node.op} {e.node.name!r}' for e in region.edits)}: emits {f.op} {f.node!r}, which TensorRT {trt} rejects ({f.message})"
@@ -247,6 +249,17 @@ def _undo_new_blockers(graph: gs.Graph, log: EditLog, report: Report, trt: str) 
             if rec.rolled_back_nodes >= rec.rewritten:
                 rec.verdict = ROLLED_BACK
     return undone
+
+
+def _node_record(region: regions_mod.Region, verdict: str, checked: str, reason: str = "", outputs=None) -> dict[str, Any]:
+    """The report's record of one rewritten region: its passes, the nodes it replaced (op and
+    name), what was compared, the verdict, why it was undone, and its before/after diagram (drawn
+    before any undo: the diagram reads the live rewrite)."""
+    record = {"passes": region.passes, "nodes": [f"{e.node.op} '{e.node.name}'" for e in region.edits],
+              "outputs": outputs or {}, "verdict": verdict, "checked": checked, "diagram": regions_mod.diagram(region)}
+    if reason:
+        record["reason"] = reason
+    return record
 
 
 def _run_pass(p: Pass, graph: gs.Graph, record: PassRecord, settings: Settings, trt: TrtVersion | None,
@@ -526,10 +539,9 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source,
             step(f"comparing {len(regs)} regions: {k} done")
         records = verify.region_diffs(probe_results, r.probes, *settings.tol, settings.automatic_tolerance) if not r.unchecked else {}
         bad = {k: d for k, d in records.items() if not d.passed}
-        entry = {"passes": r.passes, "nodes": [f"{e.node.op} '{e.node.name}'" for e in r.edits],
-                 "outputs": {k: d.as_dict() for k, d in records.items()}, "verdict": ROLLED_BACK if bad else KEPT,
-                 "checked": r.unchecked or "on its own, on the original model's tensors",
-                 "diagram": regions_mod.diagram(r)}
+        worst = ", ".join(f"{k} (max abs {d.max_abs:.3g}, max rel {d.max_rel:.3g})" for k, d in bad.items())
+        entry = _node_record(r, ROLLED_BACK if bad else KEPT, r.unchecked or "on its own, on the original model's tensors",
+                             f"outputs differ: {worst}" if bad else "", {k: d.as_dict() for k, d in records.items()})
         report.nodes.append(entry)
         for name in r.passes:
             rec = by_pass[name]
@@ -541,7 +553,6 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source,
             if settings.strict:
                 raise StrictFailure(f"--strict: {', '.join(entry['nodes'])} ({', '.join(r.passes)}) would be rolled back", source)
             r.undo()
-            worst = ", ".join(f"{k} (max abs {d.max_abs:.3g}, max rel {d.max_rel:.3g})" for k, d in bad.items())
             for name in r.passes:
                 rec = by_pass[name]
                 rec.rolled_back_nodes += len([e for e in r.edits if e.pass_name == name])

@@ -312,7 +312,8 @@ def markdown(report: Report) -> str:
         for r in drawn:
             diffs = ", ".join(f"`{k}` max abs {_num(d['max_abs'])}" for k, d in list(r["outputs"].items())[:NAMED]) or "-"
             out += ["", f"### {', '.join(r['nodes'])} — {', '.join(r['passes'])}: **{r['verdict']}**", "",
-                    f"checked {r['checked']}; {diffs}", "", "```mermaid", r["diagram"], "```"]
+                    f"checked {r['checked']}; {diffs}" + (f"; rolled back: {md_cell(r['reason'])}" if r.get("reason") else ""),
+                    "", "```mermaid", r["diagram"], "```"]
     if report.trt:
         before, after = report.trt["before"], report.trt["after"]
         out += ["", f"## TensorRT {report.trt['version']} check", ""]

@@ -312,7 +312,7 @@ def _rewrites_section(report: Report) -> list[str]:
         out.append(f'<section class="region" id="region-{k}"><h3>'
                    + ", ".join(f"{esc(op)} {_code(name)}" for op, name in names)
                    + f" — {esc(', '.join(r['passes']))} {_verdict(r['verdict'])}</h3>")
-        facts = [f"checked {esc(r['checked'])}"]
+        facts = [f"checked {esc(r['checked'])}"] + ([f"<b>rolled back</b>: {esc(r['reason'])}"] if r.get("reason") else [])
         said = [before[name] for _, name in names if name in before]
         facts += [f"TensorRT {esc(report.trt['before'].get('version_used', target))} before: {esc(f['message'])}"
                   + (f" — <q>{esc(f['error_text'])}</q>" if f.get("error_text") else "") for f in said[:NAMED]]
