@@ -237,7 +237,7 @@ def _undo_new_blockers(graph: gs.Graph, log: EditLog, report: Report, trt: str) 
         f = next((blamed[id(e)] for e in region.edits if id(e) in blamed), None)
         if f is None:
             continue
-        report.nodes.append(_node_record(region, ROLLED_BACK, "not compared: undone before verification",
+        report.nodes.append(_node_record(region, ROLLED_BACK, "not compared (undone before verification)",
                                          f"emits {f.op} {f.node!r}, which TensorRT {trt} rejects ({f.message})"))
         region.undo()
         undone += 1

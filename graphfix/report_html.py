@@ -174,7 +174,8 @@ def _pass_rows(passes: list) -> list[list[str]]:
         rows.append([esc(p.name), str(p.matched), str(p.rewritten),
                      f"{p.nodes_before}→{p.nodes_after}" if p.rewritten else "-",
                      _code(worst[0]) + (f" (of {len(p.outputs)})" if len(p.outputs) > 1 else "") if worst else "-",
-                     _num(worst[1]) if worst else "-", _num(worst[2]) if worst else "-", _verdict(p.verdict),
+                     _num(worst[1]) if worst else "-", _num(worst[2]) if worst else "-",
+                     _verdict(p.verdict) + (f" ({p.rolled_back_nodes} rolled back)" if p.rolled_back_nodes else ""),
                      f"{p.seconds:.2f}s"])
         bad = [(k, d) for k, d in p.outputs.items() if not d["passed"]]
         rows += [["", "", "", "", _code(k), _num(d["max_abs"]), _num(d["max_rel"]), _verdict("mismatch"), ""] for k, d in bad[:NAMED]]
@@ -312,7 +313,7 @@ def _rewrites_section(report: Report) -> list[str]:
         out.append(f'<section class="region" id="region-{k}"><h3>'
                    + ", ".join(f"{esc(op)} {_code(name)}" for op, name in names)
                    + f" — {esc(', '.join(r['passes']))} {_verdict(r['verdict'])}</h3>")
-        facts = [f"checked {esc(r['checked'])}"] + ([f"<b>rolled back</b>: {esc(r['reason'])}"] if r.get("reason") else [])
+        facts = [f"checked: {esc(r['checked'])}"] + ([f"<b>rolled back</b>: {esc(r['reason'])}"] if r.get("reason") else [])
         said = [before[name] for _, name in names if name in before]
         facts += [f"TensorRT {esc(report.trt['before'].get('version_used', target))} before: {esc(f['message'])}"
                   + (f" — <q>{esc(f['error_text'])}</q>" if f.get("error_text") else "") for f in said[:NAMED]]
@@ -324,8 +325,10 @@ def _rewrites_section(report: Report) -> list[str]:
         sides = diagram_graphs(r.get("diagram") or "")
         out.append('<div class="sides">' + "".join(f'<div class="side">{svg(g, f"r{k}{side}", side)}</div>'
                                                    for side, g in sides.items()) + "</div></section>")
-    out += ["<h2>Why: what each rewrite prevents</h2>"
-            + (f"<p>The rules of TensorRT {esc(target)} these passes enforce.</p>" if target else ""), _why(used, target)]
+    why = _why(used, target)
+    if why:
+        out += ["<h2>Why: what each rewrite prevents</h2>"
+                + (f"<p>The rules of TensorRT {esc(target)} these passes enforce.</p>" if target else ""), why]
     return out
 
 
