@@ -320,6 +320,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     _trt_version(settings.trt)
     for name in settings.force:
         registry.get(name)
+    _refuse_early(model, settings)
     report = Report(source, target, settings.public())
     counter = verify.SessionCounter()
     step = progress or (lambda what: None)
@@ -381,6 +382,23 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         report.trt = _trt_summary(before, after, settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
     return outcome
+
+
+def _refuse_early(model: onnx.ModelProto, settings: Settings) -> None:
+    """Names and shapes that do not fit the model, refused before the first phase starts: a
+    refused run says one line, not the phases it went through first."""
+    names = settings.passes
+    if not _auto(settings) and (isinstance(names, str) or not any(isinstance(n, Pass) for n in names)):
+        registry.select(names, settings.skip)
+    elif settings.skip:
+        registry.select("all", settings.skip)
+    if settings.fix_shapes:
+        from graphfix import fix_shapes
+
+        fix_shapes.check(model, settings.fix_shapes)
+    if settings.verify and not settings.feeds:
+        for shapes in settings.input_shapes or [{}]:
+            verify.check_val_range(verify.input_metadata(model, shapes), settings.val_range)
 
 
 def _freeze(model: onnx.ModelProto, settings: Settings, report: Report, counter: verify.SessionCounter) -> onnx.ModelProto:

@@ -116,6 +116,12 @@ def input_metadata(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]] | 
     return meta
 
 
+def check_val_range(meta: TensorMetadata, val_range: dict[str, tuple[float, float]] | None) -> None:
+    unknown = set(val_range or {}) - set(meta.keys())
+    if unknown:
+        raise GraphfixError(f"--val-range names unknown inputs: {', '.join(sorted(unknown))}")
+
+
 def _dims_str(dims: list[int | None]) -> str:
     return "x".join("?" if d is None else str(d) for d in dims)
 
@@ -133,9 +139,7 @@ def make_inputs(
     wrong rewrite of sign-sensitive ops (Clip, Max/Min, Relu, Abs). Integers keep [0, 1].
     """
     meta = input_metadata(model, shapes)
-    unknown = set(val_range or {}) - set(meta.keys())
-    if unknown:
-        raise GraphfixError(f"--val-range names unknown inputs: {', '.join(sorted(unknown))}")
+    check_val_range(meta, val_range)
     floats = {vi.name for vi in model.graph.input if onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).kind == "f"}
     ranges = {name: FLOAT_RANGE for name in meta if name in floats}
     ranges.update(val_range or {})
