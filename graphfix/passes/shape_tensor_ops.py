@@ -41,10 +41,15 @@ def _origins(ctx: Context) -> ValueOrigins:
 
 
 def _computes_shape(node: gs.Node, ctx: Context) -> bool:
-    """The node's values come from shapes/constants/integer inputs and reach a shape input."""
-    if not node.inputs or not node.outputs or _origins(ctx).of(node.inputs[0]).kind == DATA:
+    """The node reaches a shape input (looked at first: a short forward walk that loads no
+    weights) and its values come from shapes/constants/integer inputs."""
+    if not node.inputs or not node.outputs or not _reaches_shape_input(node.outputs[0]):
         return False
-    stack, seen = [node.outputs[0]], set()
+    return _origins(ctx).of(node.inputs[0]).kind != DATA
+
+
+def _reaches_shape_input(start: gs.Tensor) -> bool:
+    stack, seen = [start], set()
     while stack and len(seen) < _REACH:
         t = stack.pop()
         if id(t) in seen:
