@@ -214,7 +214,8 @@ def blocked_summary(report: report_mod.Report) -> list[str]:
                      "meant for, give real ones with --input-shapes NAME:1x3x224x224 (and --val-range for indices)")
     without = [f for f in left if not f.get("fix_pass")]
     if without:
-        lines.append(f"  {len(without)} finding(s) have no graphfix rewrite: each line above says what to change upstream")
+        lines.append(f"  {len(without)} finding(s) have no graphfix rewrite; `graphfix check {report.output} --trt "
+                     f"{report.trt['version']}` says what to change upstream for each")
     return lines
 
 

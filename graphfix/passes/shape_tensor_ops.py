@@ -13,6 +13,8 @@ identity layer) and nothing else, exactly: Neg(x) = 0 - x; Abs(x) = Max(x, 0 - x
 Max(x, 0); Clip(x, lo, hi) = Min(Max(x, lo), hi) for constant bounds; Pow(x, n) for a constant
 integral n in 1..4 = x * ... * x; Floor(x) = t - (x < t) and Ceil(x) = t + (x > t) with
 t = Cast(Cast(x, int64)) (any rounding of the inner Cast within one unit gives the same result).
+A node whose inputs are all constants (DINOv2's ``num_positions ** 0.5`` as Pow(4.0, 0.5): the
+parser builds the layer rather than folding it) becomes its value.
 Only nodes whose values come from shapes or constants and that reach a shape input are matched;
 Sqrt and fractional powers have no such form: they are reported (``--fix-shapes`` folds them).
 """
@@ -88,6 +90,10 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     if dtype is None:
         raise Skip("input type unknown (run shape inference upstream)")
     b = ctx.builder
+    folded = ctx.folder.value(node.outputs[0])
+    if folded is not None:  # Pow(4.0, 0.5) of constants: the parser builds the layer anyway
+        replace_tensor(ctx.graph, node.outputs[0], b.const(folded.astype(dtype), hint="folded"))
+        return
     zero = b.const(np.zeros((), dtype), hint="zero")
     op = node.op
     if op == "Neg":
