@@ -149,14 +149,16 @@ def candidate(dims: dict[str, list], value: int) -> Shapes | None:
 
 
 def roles(model: onnx.ModelProto, dims: dict[str, list]) -> dict[str, str]:
-    """Per free symbol: batch (first dim), image (last two dims of a 4-D float input) or length."""
+    """Per free symbol: batch (first dim), image (the last two dims of a 4-D float input, both
+    dynamic: SAM's points [b, p, n, 2] are not an image) or length."""
     floats = {vi.name for vi in model.graph.input if vi.type.tensor_type.elem_type in _FLOAT_TYPES}
     found: dict[str, str] = {}
     for name, row in dims.items():
         for j, d in enumerate(row):
             if isinstance(d, int):
                 continue
-            role = "batch" if j == 0 and len(row) > 1 else "image" if len(row) == 4 and j >= 2 and name in floats else "length"
+            image = len(row) == 4 and j >= 2 and name in floats and not any(isinstance(x, int) for x in row[2:])
+            role = "batch" if j == 0 and len(row) > 1 else "image" if image else "length"
             for sym in _symbols(d):
                 if found.get(sym) in (None, "length"):
                     found[sym] = role

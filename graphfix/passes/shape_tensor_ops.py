@@ -25,13 +25,11 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import replace_tensor, tensor_dtype
-from graphfix.graph.origin import DATA, SHAPE_INPUTS, SHAPE_OPS, ValueOrigins
+from graphfix.graph.origin import DATA, ValueOrigins, reaches_shape_input
 from graphfix.passes.base import LIMIT, Context, Pass, Rule, Skip
 
 #: Ops the 8.0/8.2 parsers cannot compute shape tensors with, and that exports put on shape paths.
 OPS = frozenset({"Neg", "Abs", "Relu", "Floor", "Ceil", "Pow", "Clip", "Sqrt"})
-#: How far forward a shape value is followed to the shape input it feeds.
-_REACH = 64
 
 
 def _origins(ctx: Context) -> ValueOrigins:
@@ -45,25 +43,9 @@ def _origins(ctx: Context) -> ValueOrigins:
 def _computes_shape(node: gs.Node, ctx: Context) -> bool:
     """The node reaches a shape input (looked at first: a short forward walk that loads no
     weights) and its values come from shapes/constants/integer inputs."""
-    if not node.inputs or not node.outputs or not _reaches_shape_input(node.outputs[0]):
+    if not node.inputs or not node.outputs or not reaches_shape_input(node.outputs[0], OPS):
         return False
     return _origins(ctx).of(node.inputs[0]).kind != DATA
-
-
-def _reaches_shape_input(start: gs.Tensor) -> bool:
-    stack, seen = [start], set()
-    while stack and len(seen) < _REACH:
-        t = stack.pop()
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        for consumer in t.outputs:
-            for k, inp in enumerate(consumer.inputs):
-                if inp is t and k in SHAPE_INPUTS.get(consumer.op, ()):
-                    return True
-            if consumer.op in SHAPE_OPS or consumer.op in OPS:
-                stack.extend(consumer.outputs)
-    return False
 
 
 def _exponent(node: gs.Node, ctx: Context) -> int | None:
