@@ -138,8 +138,10 @@ def external_data(path: str | os.PathLike) -> list[ExternalTensor]:
         location = info.get("location", "")
         name = tensor.name or "<unnamed>"
         where = f"external data location {location!r} of tensor '{name}'"
-        if not isinstance(location, str) or not isinstance(name, str):
-            raise GraphfixError("an external-data tensor's name or location is not valid UTF-8", str(p))
+        if not isinstance(name, str):
+            raise GraphfixError("an external-data tensor's name is not valid UTF-8", str(p))
+        if not all(isinstance(e.key, str) and isinstance(e.value, str) for e in tensor.external_data):
+            raise GraphfixError(f"an external-data entry (key or value) of tensor '{name}' is not valid UTF-8", str(p))
         if not location:
             raise GraphfixError(f"tensor '{name}' is marked external but names no location", str(p))
         if os.path.isabs(location) or Path(location).drive:

@@ -86,7 +86,14 @@ class Builder:
 
     # ------------------------------------------------------------------ tensors
     def const(self, value: Any, dtype: Any = None, hint: str = "const") -> gs.Constant:
+        """A new initializer. Of numbers only: a pass deriving a constant's type from a STRING
+        tensor (a Clip on a string input, which onnxruntime would refuse) leaves the node as it
+        is, with a finding; a string initializer could not be exported."""
         arr = np.asarray(value, dtype=dtype)
+        if arr.dtype.kind in "OSU":
+            from graphfix.passes.base import Skip
+
+            raise Skip("the rewrite would need a constant of string type; graphfix rewrites numeric tensors only")
         if arr.dtype == np.float64 and dtype is None and not isinstance(value, (np.ndarray, np.generic)):
             arr = arr.astype(np.float32)  # Python floats mean float32; numpy arrays keep their type
         return gs.Constant(self.name(hint), arr if arr.flags.c_contiguous else arr.copy(order="C"))

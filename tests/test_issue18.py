@@ -1,0 +1,90 @@
+"""Issue 18: the 13 ways an audit still broke graphfix's file and error promises, one test (or a
+few) per cause, each named ``test_<cause>_...``; the "Also" items at the end.
+
+Refusals are checked as in test_safety.py: exit 2, one line on stderr, the folder unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from test_safety import ROOT, refused, run, save
+
+from fixtures.recipes._onnx import FLOAT, inp, model, node, out
+
+
+def _string_attribute_model(op: str) -> onnx.ModelProto:
+    """A Pad whose mode, or a Conv whose auto_pad, is a byte string that is not UTF-8."""
+    if op == "Pad":
+        m = model([node("Pad", ["x", "p"], ["y"], mode="reflect")], [inp("x", FLOAT, [1, 3, 4, 4])], [out("y", FLOAT, [1, 3, 6, 6])],
+                  [numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "p")])
+        m.graph.node[0].attribute[0].s = b"\xf2\x80refl"
+        return m
+    m = model([node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER")], [inp("x", FLOAT, [1, 1, 4, 4])], [out("y", FLOAT, [1, 1, 4, 4])],
+              [numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")])
+    m.graph.node[0].attribute[0].s = b"SAME\xffUPPER"
+    return m
+
+
+# ============================================================ 1. string attributes not UTF-8
+@pytest.mark.parametrize("op,attr", [("Pad", "mode"), ("Conv", "auto_pad")])
+def test_1_string_attribute_not_utf8_is_refused_by_every_command(op, attr, tmp_path, capfd):
+    src = save(_string_attribute_model(op), tmp_path / "in.onnx")
+    log = tmp_path / "build.log"
+    log.write_text("[E] [TRT] ModelImporter.cpp:771: While parsing node number 0 [Pad -> \"y\"]:\n")
+    expect = ("in.onnx", f"attribute '{attr}'", "not valid UTF-8")
+    refused([src, tmp_path / "out.onnx"], capfd, tmp_path, expect)
+    refused(["check", src, "--trt", "8.6"], capfd, tmp_path, expect)
+    refused(["explain", log, "--model", src], capfd, tmp_path, expect)
+
+
+# ============================================================ 2. Pad with pads shorter than 2 x rank
+def _short_pads_model() -> onnx.ModelProto:
+    """``Constant([1]) -> Pad(x: [b, s])``: two pads short (unchecked: onnx's inference rejects it)."""
+    g = helper.make_graph([node("Constant", [], ["p"], value=numpy_helper.from_array(np.array([1], np.int64))),
+                           node("Pad", ["x", "p"], ["y"])], "g", [inp("x", FLOAT, ["b", "s"])], [out("y", FLOAT, ["b", "t"])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_2_pad_with_short_pads_is_a_finding_not_a_crash(tmp_path, capfd):
+    src = save(_short_pads_model(), tmp_path / "in.onnx")
+    rc, text, err = run(["check", src, "--trt", "7.2"], capfd)
+    assert rc == 1 and "Traceback" not in err and not err, err
+    assert "Pad" in text
+    rc, _, err = run([src, tmp_path / "out.onnx", "--trt", "7.2", "--no-verify", "--quiet",
+                      "--report", tmp_path / "r.json"], capfd)
+    assert rc == 0, err
+
+
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert "pads hold 1 value(s)" in json.dumps(report)
+
+
+# ============================================================ 3. a STRING graph input, unverified
+def test_3_string_input_without_verification(tmp_path, capfd):
+    m = onnx.load(str(ROOT / "fixtures" / "fold_clip" / "clip_cast_bounds.onnx"))
+    m.graph.input[0].type.tensor_type.elem_type = TensorProto.STRING
+    src = save(m, tmp_path / "in.onnx")
+    rc, _, err = run([src, tmp_path / "out.onnx", "--no-verify", "--quiet"], capfd)
+    assert rc == 0, err
+    onnx.checker.check_model(onnx.load(str(tmp_path / "out.onnx")))
+
+
+# ============================================================ 4. external-data keys not UTF-8
+def test_4_external_data_key_not_utf8(tmp_path, capfd):
+    w = numpy_helper.from_array(np.ones((16, 16), np.float32), "w")
+    m = model([node("MatMul", ["x", "w"], ["y"])], [inp("x", FLOAT, [2, 16])], [out("y", FLOAT, [2, 16])], [w])
+    onnx.save_model(m, str(tmp_path / "in.onnx"), save_as_external_data=True, location="in.data", size_threshold=0)
+    m = onnx.load(str(tmp_path / "in.onnx"), load_external_data=False)
+    for key in ("k", "j"):  # onnx sorts unknown keys for its warning: str next to bytes fails
+        entry = m.graph.initializer[0].external_data.add()
+        entry.key, entry.value = key, "1"
+    data = m.SerializeToString().replace(b"\x0a\x01j", b"\x0a\x01\xff")
+    (tmp_path / "in.onnx").write_bytes(data)
+    expect = ("in.onnx", "tensor 'w'", "not valid UTF-8")
+    refused([tmp_path / "in.onnx", tmp_path / "out.onnx"], capfd, tmp_path, expect)
+    refused(["check", tmp_path / "in.onnx", "--trt", "8.6"], capfd, tmp_path, expect)
