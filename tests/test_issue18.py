@@ -7,6 +7,10 @@ Refusals are checked as in test_safety.py: exit 2, one line on stderr, the folde
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -88,3 +92,50 @@ def test_4_external_data_key_not_utf8(tmp_path, capfd):
     expect = ("in.onnx", "tensor 'w'", "not valid UTF-8")
     refused([tmp_path / "in.onnx", tmp_path / "out.onnx"], capfd, tmp_path, expect)
     refused(["check", tmp_path / "in.onnx", "--trt", "8.6"], capfd, tmp_path, expect)
+
+
+# ============================================================ 11. lines that are not graphfix's
+def _with_local_function(src: Path) -> Path:
+    """A model with a model-local function (imported by onnx-graphsurgeon's own importer) whose
+    Clip bounds fold-clip rewrites (new node names are handed out)."""
+    m = onnx.load(str(ROOT / "fixtures" / "fold_clip" / "clip_cast_bounds.onnx"))
+    m.functions.append(helper.make_function("local", "Unused", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])],
+                                            [helper.make_opsetid("", 17)]))
+    m.opset_import.append(helper.make_opsetid("local", 1))
+    return save(m, src)
+
+
+def test_11_quiet_run_prints_nothing_but_graphfix(tmp_path):
+    """HOME unwritable (onnxruntime's telemetry warns at import), a graph onnx-graphsurgeon
+    imported (its logger warns about colours and unregistered functions on stdout)."""
+    src = _with_local_function(tmp_path / "in.onnx")
+    env = {**os.environ, "HOME": "/dev/null", "PYTHONPATH": str(ROOT)}
+    env.pop("XDG_CACHE_HOME", None)
+    quiet = subprocess.run([sys.executable, "-m", "graphfix", src, tmp_path / "out.onnx", "--quiet"],
+                           capture_output=True, text=True, env=env, timeout=300)
+    assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == "", quiet
+    loud = subprocess.run([sys.executable, "-m", "graphfix", src, tmp_path / "out2.onnx"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert loud.returncode == 0 and loud.stderr.splitlines() == [f"wrote {tmp_path / 'out2.onnx'}"], loud
+    assert not [line for line in loud.stdout.splitlines() if line.startswith(("[W]", "[E]", "[I]"))], loud.stdout
+
+
+def test_11_builder_names_on_a_graph_graphfix_did_not_import(capfd):
+    import onnx_graphsurgeon as gs
+
+    from graphfix.graph.build import Builder
+
+    assert Builder(gs.Graph(opset=17)).name("x")
+    assert capfd.readouterr() == ("", "")
+
+
+# ============================================================ 12. the reader closes the pipe
+@pytest.mark.parametrize("command", [["passes"], ["check", ROOT / "fixtures" / "fold_clip" / "clip_cast_bounds.onnx", "--trt", "7.2"]])
+def test_12_closed_stdout_is_a_normal_end(command):
+    """``graphfix passes | head -1``: the reader is gone before graphfix writes (closed here at
+    once, so the write fails every time): exit 141 as SIGPIPE would give, nothing on stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "graphfix", *map(str, command)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 141 and err == "", err

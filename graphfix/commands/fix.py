@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -136,7 +135,9 @@ def _finish(result: FixResult, args: argparse.Namespace) -> None:
     try:
         _print(result, args)
     except BrokenPipeError:  # `graphfix ... | head`: the files are written, the run succeeded
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        from graphfix.cli import discard_stdout
+
+        discard_stdout()
 
 
 def _print(result: FixResult, args: argparse.Namespace) -> None:

@@ -41,11 +41,18 @@ def _described(t: gs.Variable, dtype: Any = None, shape: Sequence[int | str | No
     return t
 
 
+def stored(graph: gs.Graph, name: str) -> Any:
+    """What graphfix stored on ``graph`` under ``name``, or None. Not ``getattr``: a gs.Graph
+    looks a missing attribute up in its function registry and logs "[E] Function: ... was not
+    registered" on stdout first."""
+    return graph.__dict__.get(name)
+
+
 def _names(root: gs.Graph) -> set[str]:
     """Every node and tensor name of ``root`` and its bodies, collected once per graph and kept on
     it: the names builders hand out are added as they go. (Names made outside builders, such as
     replace_tensor's ``__replaced``/``/gf.Identity``, never end in ``_<n>`` as builder names do.)"""
-    taken = getattr(root, "gf_names", None)
+    taken = stored(root, "gf_names")
     if taken is None:
         from graphfix.graph.convert import all_graphs
 
