@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -139,3 +140,38 @@ def test_12_closed_stdout_is_a_normal_end(command):
     proc.stdout.close()
     err = proc.stderr.read()
     assert proc.wait(timeout=300) == 141 and err == "", err
+
+
+# ============================================================ 13. explain on a FIFO
+TRT_LOG = '[E] [TRT] ModelImporter.cpp:771: ERROR: builtin_op_importers.cpp:1234 In function importClip:\n' \
+          '[8] Assertion failed: inputs.at(1).is_weights() && "Clip min value must be an initializer!"\n'
+
+
+def test_13_explain_fifo_without_a_writer_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "build.log"
+    os.mkfifo(fifo)
+    done = subprocess.run([sys.executable, "-m", "graphfix", "explain", fifo], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [f"graphfix: error: {fifo}: a FIFO with no writer: start the program that writes "
+                                        "the log first, or pipe the log into 'graphfix explain -'"]
+
+
+def test_13_explain_reads_a_fifo_that_has_a_writer(tmp_path, capfd):
+    import threading
+
+    fifo = tmp_path / "build.log"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "w") as fh:  # blocks until explain opens the other end
+            time.sleep(0.2)  # explain finds a writer that has not written yet
+            fh.write(TRT_LOG)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        rc, text, err = run(["explain", fifo], capfd)
+    finally:
+        writer.join(timeout=10)
+    assert rc == 0 and "clip" in text.lower(), (text, err)
