@@ -235,6 +235,19 @@ def _probe(folder: Path, role: str, p: Path) -> None:
     os.unlink(name)
 
 
+#: What a report's extension selects (anything else would be written as JSON, its side files
+#: named after a stem the user did not expect).
+REPORT_FORMATS = {".json": "JSON, plus polygraphy inputs/outputs files", ".md": "Markdown"}
+
+
+def check_report_format(report: str | os.PathLike) -> None:
+    suffix = Path(report).suffix
+    if suffix not in REPORT_FORMATS:
+        accepted = ", ".join(f"{k} ({v})" for k, v in REPORT_FORMATS.items())
+        got = f"'{suffix}'" if suffix else "no extension"
+        raise GraphfixError(f"--report: the extension selects the format; {got} is not one of {accepted}", str(report))
+
+
 def sidecars(report: str | os.PathLike) -> list[Path]:
     """The polygraphy files a JSON report gets beside it (none for ``.md``)."""
     if str(report).endswith(".md"):
@@ -330,4 +343,6 @@ def plan_fix(
     if engine is not None:
         plan.writes.append(Use(f"--build {engine}", check_writable(engine, "engine")))
     check_collisions(plan)
+    for r in reports:  # after the collisions: "would overwrite the input" says more than the extension
+        check_report_format(r)
     return plan

@@ -175,3 +175,20 @@ def test_13_explain_reads_a_fifo_that_has_a_writer(tmp_path, capfd):
     finally:
         writer.join(timeout=10)
     assert rc == 0 and "clip" in text.lower(), (text, err)
+
+
+# ============================================================ also: report extensions, --trt typos
+@pytest.mark.parametrize("name,got", [("r.txt", "'.txt'"), ("report", "no extension"), ("r.JSON", "'.JSON'")])
+def test_also_unknown_report_extension_is_refused(name, got, tmp_path, capfd):
+    src = save(onnx.load(str(ROOT / "fixtures" / "fold_clip" / "clip_cast_bounds.onnx")), tmp_path / "in.onnx")
+    refused([src, tmp_path / "out.onnx", "--report", tmp_path / name], capfd, tmp_path,
+            (name, got, ".json (JSON, plus polygraphy inputs/outputs files), .md (Markdown)"))
+
+
+@pytest.mark.parametrize("command", ["fix", "check"])
+def test_also_trt_version_typo_is_refused_with_the_known_releases(command, tmp_path, capfd):
+    src = save(onnx.load(str(ROOT / "fixtures" / "fold_clip" / "clip_cast_bounds.onnx")), tmp_path / "in.onnx")
+    args = [src, tmp_path / "out.onnx"] if command == "fix" else ["check", src]
+    refused([*args, "--trt", "86"], capfd, tmp_path, ("--trt 86", "no such TensorRT release", "8.6, 9.0", "11.1"))
+    rc, _, err = run(["check", src, "--trt", "12.0"], capfd)  # the next major is a plausible release
+    assert rc in (0, 1) and not err, err

@@ -8,6 +8,7 @@ import json
 from graphfix.model_io import load_model
 from graphfix.report import grouped
 from graphfix.trt.check import BLOCKING, check_model
+from graphfix.trt.support import resolve
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -17,6 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    resolve(args.trt)  # a version typo is refused before the model is read
     report = check_model(load_model(args.model), args.trt)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))

@@ -12,6 +12,7 @@ from graphfix.api import FixResult, fix, write_report_files
 from graphfix.errors import GraphfixError
 from graphfix.model_io import first_line, save_model
 from graphfix.trt import engine as trt_engine
+from graphfix.trt import support as trt_support
 from graphfix.trt.engine import command_lines, parse_profile_shapes
 from graphfix.verify import parse_input_shapes, parse_shape_sets, parse_val_ranges
 
@@ -74,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     val_range = parse_val_ranges(args.val_range)
     options.check_settings(passes=args.passes, iterations=args.iterations, seed=args.seed, atol=args.atol, rtol=args.rtol,
                            val_range=val_range)
+    if args.trt is not None:
+        trt_support.resolve(args.trt)  # a typo ('86') is refused before any work
     profile = parse_profile_shapes(args.trt_min_shapes, args.trt_opt_shapes, args.trt_max_shapes)
     if args.build and not trt_engine.tensorrt_available():
         raise GraphfixError(f"--build: {trt_engine.MISSING}")
