@@ -429,9 +429,13 @@ def save_model(model: onnx.ModelProto | Assembled, path: str | os.PathLike, base
     data = paths.data_path(path, external_data)
     plan = external.DataPlan(model, None if base_dir is None else Path(base_dir),
                              os.path.relpath(data, Path(path).parent))
-    with atomic.transaction():
-        write_atomic(data, plan.write_data, "external data")
-        write_atomic(path, lambda fh: write_streamed(model, fh, plan.stub))
+
+    def naming(location: str) -> atomic.Data:  # the model with its weights in ``location``
+        return lambda fh: write_streamed(model, fh, plan.stubs(location))
+
+    with atomic.transaction() as tx:
+        weights = tx.stage(data, plan.write_data, "external data")
+        tx.stage(path, naming(plan.data_name), data_file=weights, naming=naming)
     return str(data)
 
 

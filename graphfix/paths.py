@@ -31,7 +31,7 @@ from pathlib import Path
 
 import onnx
 
-from graphfix.atomic import first_line
+from graphfix.atomic import aux_name_bytes, first_line, resolve_target
 from graphfix.errors import GraphfixError
 
 #: protobuf cannot parse or serialise a message of 2 GiB or more. A model file, or a model with
@@ -210,20 +210,41 @@ def check_inputs_file(path: str | os.PathLike) -> Path:
 
 # ------------------------------------------------------------------------------ writes
 def check_writable(path: str | os.PathLike, role: str) -> Path:
-    """A regular file or nothing yet, in an existing folder graphfix can create files in."""
+    """A regular file or nothing yet, in an existing folder graphfix can create files in, with a
+    name the filesystem takes (and room beside it for the temp file graphfix renames into place)."""
     p = Path(path)
-    target = Path(os.path.realpath(p)) if p.is_symlink() else p
-    if str(path).endswith(os.sep) or target.is_dir():
+    if str(path).endswith(os.sep):
         raise GraphfixError(f"{role} path is a directory", str(p))
-    if target.exists() and not target.is_file():
-        raise GraphfixError(f"{role} path is not a regular file ({_kind(os.stat(target).st_mode)})", str(p))
-    parent = target.parent
-    if not parent.exists():
-        raise GraphfixError(f"{role} directory {parent} does not exist", str(p))
-    if not parent.is_dir():
-        raise GraphfixError(f"{role} directory {parent} is not a directory", str(p))
+    try:
+        target = resolve_target(p, role)
+        parent = target.parent
+        if not parent.exists():
+            raise GraphfixError(f"{role} directory {parent} does not exist", str(p))
+        if not parent.is_dir():
+            raise GraphfixError(f"{role} directory {parent} is not a directory", str(p))
+        _check_name(target, role, p)
+        if target.is_dir():
+            raise GraphfixError(f"{role} path is a directory", str(p))
+        if target.exists() and not target.is_file():
+            raise GraphfixError(f"{role} path is not a regular file ({_kind(os.stat(target).st_mode)})", str(p))
+    except OSError as exc:  # a path too long, a folder we may not search
+        raise GraphfixError(f"cannot write {role} ({first_line(exc)})", str(p)) from exc
     _probe(parent, role, p)
     return p
+
+
+def _check_name(target: Path, role: str, p: Path) -> None:
+    """The target's name, and the temp name beside it, fit the filesystem's limit."""
+    try:
+        limit = os.pathconf(target.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    size = len(os.fsencode(target.name))
+    if size > limit:
+        raise GraphfixError(f"{role} file name is {size} bytes; the filesystem allows at most {limit}", str(p))
+    if aux_name_bytes(target.name) > limit:
+        raise GraphfixError(f"{role} file name leaves no room for graphfix's temp file beside it "
+                            f"(the filesystem allows {limit} bytes)", str(p))
 
 
 def _probe(folder: Path, role: str, p: Path) -> None:
@@ -330,11 +351,14 @@ def plan_fix(
 ) -> Plan:
     """Everything ``graphfix fix`` reads and writes, refused now if anything would go wrong."""
     plan = read_plan(model) if model is not None else Plan()
+    input_has_weights = len(plan.reads) > 1
     if load_inputs is not None:
         plan.reads.append(Use("--load-inputs file", check_inputs_file(load_inputs)))
     if output is not None:
         plan.writes.append(Use("the output", check_writable(output, "output")))
         data = data_path(output, external_data)
+        if external_data is not None or input_has_weights:  # it will be written
+            check_writable(data, "external data")
         plan.writes.append(Use(f"the output's external data {data.name}", data))
     for r in reports:
         plan.writes.append(Use(f"--report {r}", check_writable(r, "report")))

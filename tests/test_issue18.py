@@ -170,6 +170,7 @@ def test_13_explain_reads_a_fifo_that_has_a_writer(tmp_path, capfd):
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
+    time.sleep(0.5)  # the writer is waiting in open() for a reader, as `trtexec > fifo &` would be
     try:
         rc, text, err = run(["explain", fifo], capfd)
     finally:

@@ -80,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
     profile = parse_profile_shapes(args.trt_min_shapes, args.trt_opt_shapes, args.trt_max_shapes)
     if args.build and not trt_engine.tensorrt_available():
         raise GraphfixError(f"--build: {trt_engine.MISSING}")
-    paths.plan_fix(args.input, args.output, args.report, load_inputs=args.load_inputs, engine=args.build,
-                   external_data=args.external_data, sidecar_files=not args.no_verify)
+    plan = paths.plan_fix(args.input, args.output, args.report, load_inputs=args.load_inputs, engine=args.build,
+                          external_data=args.external_data, sidecar_files=not args.no_verify)
     status = _status_line(args)
 
     def step(what: str) -> None:
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if args.build or args.trt:
         engine_path = args.build or str(Path(args.output).with_suffix(".engine"))
         result.report.engine = {"commands": command_lines(args.output, engine_path, profile, args.fp16)}
-    with atomic.Transaction() as tx:
+    with atomic.Transaction(lock=plan.write_paths()) as tx:
         save_model(result.outcome.fixed, args.output, result.outcome.base_dir, args.external_data)
         if args.build:
             tx.commit()  # TensorRT parses the model from disk; a failure below still removes it
