@@ -24,6 +24,7 @@ import fcntl
 import hashlib
 import os
 import re
+import shutil
 import signal
 import stat
 import tempfile
@@ -182,7 +183,10 @@ def resolve_target(path: str | os.PathLike, what: str = "output") -> Path:
     """Writing to a symlink writes the file it points to (as a normal write would); a symlink
     loop is refused (``open`` would fail with ELOOP, a rename would replace the link)."""
     p = Path(path)
-    if not p.is_symlink():
+    try:
+        if not p.is_symlink():
+            return p
+    except OSError:  # a name too long to exist: writing it fails and says so
         return p
     try:
         return Path(os.path.realpath(p, strict=True))
@@ -344,9 +348,10 @@ class Transaction:
     A model and its external-data file are installed so that, whenever the process dies, the model
     on disk reads its own weights: the data file goes in first; if a file of that name is already
     there (the previous model's weights), the new weights go in under an interim name the new
-    model names, and only when the transaction is over are they moved to their own name and the
-    model replaced once more (each step a rename, the model last). The targets are locked
-    (:class:`_Lock`) from the commit to the end.
+    model names, and only when the transaction is over are they copied to their own name (a reflink
+    where the filesystem can) and the model replaced once more (each step a rename, the model
+    last), the interim file removed. The targets are locked (:class:`_Lock`) from the commit to
+    the end.
     """
 
     def __init__(self, lock: Iterable[str | os.PathLike] = ()) -> None:
@@ -429,50 +434,51 @@ class Transaction:
         _place(entry, entry.target)
 
     def _finish(self) -> None:
-        """The transaction is over: weights moved from their interim name to their own, each model
+        """The transaction is over: weights copied from their interim name to their own, each model
         that named the interim replaced by the one naming that, backups removed, locks released."""
         with deferred_signals():
             try:
-                settled = set()
                 for entry in self.staged:
-                    if entry.data is not None and (entry.final is None or self._settle(entry, entry.data)):
-                        settled.add(entry.data.target)  # the model names the data file's own name now
+                    if entry.final is not None:
+                        self._settle(entry)
                 for entry in self.staged:
                     if entry.backup is not None:
                         _step(f"remove backup of {entry.target.name}")
                         _quiet(os.unlink, entry.backup)
-                for target in settled:  # interim weights of killed runs: no model names them any more
-                    remove_stale(target, ("new",))
+                for target in {e.data.target for e in self.staged if e.data is not None}:
+                    remove_stale(target, ("new",))  # interim weights of killed runs: no model names them now
                 _sync_dirs({e.target.parent for e in self.staged})
-            except OSError as exc:  # the files are consistent at every step; say which one is not final
-                raise GraphfixError(f"cannot finish writing ({first_line(exc)})", str(self.staged[0].target)) from exc
             finally:
                 self.staged.clear()
                 self._unlock()
 
-    @staticmethod
-    def _settle(model: _Staged, data: _Staged) -> bool:
-        """Move the weights to their own name and the model to the one naming it; False when the
-        filesystem cannot (the model then keeps naming the interim file, which stays)."""
-        assert data.placed is not None and model.final is not None
-        link = _temp_beside(data.target, data.what, data.target, create=False)
-        _step(f"link {data.placed.name} as {link.name}")
+    def _settle(self, model: _Staged) -> None:
+        """Weights from their interim name to their own, then the model naming that. A copy, not a
+        hard link: onnx refuses to read a data file with two links ("hardlink attack"). Until the
+        copy is in place nothing was replaced, so a failure rolls the transaction back."""
+        data = model.data
+        assert data is not None and data.placed is not None and model.final is not None
+        copy = _temp_beside(data.target, data.what, data.target)
         try:
-            os.link(data.placed, link)
-        except OSError:  # no hard links here (vfat, some shares): the model keeps naming the interim file
-            _quiet(os.unlink, model.final)
+            _step(f"copy {data.placed.name} to {copy.name}")
+            _copy(data.placed, copy)
+            os.chmod(copy, _final_mode(data.target))
+            _step(f"rename {copy.name} -> {data.target.name}")
+            os.replace(copy, data.target)
+        except OSError as exc:
+            _quiet(os.unlink, copy)
+            self.rollback()
+            raise GraphfixError(f"cannot write {data.what} ({first_line(exc)})", str(data.target)) from exc
+        try:
+            os.chmod(model.final, _final_mode(model.target))
+            _step(f"rename {model.final.name} -> {model.target.name}")
+            os.replace(model.final, model.target)
             model.final = None
-            return False
-        _step(f"rename {link.name} -> {data.target.name}")
-        os.replace(link, data.target)
-        os.chmod(model.final, _final_mode(model.target))
-        _step(f"rename {model.final.name} -> {model.target.name}")
-        os.replace(model.final, model.target)
-        model.final = None
-        _step(f"remove {data.placed.name}")
-        os.unlink(data.placed)
-        data.placed = data.target
-        return True
+            _step(f"remove {data.placed.name}")
+            os.unlink(data.placed)
+        except OSError as exc:  # consistent still: the model in place names weights that are there
+            raise GraphfixError(f"cannot finish writing {model.what} ({first_line(exc)}); it reads its weights from "
+                                f"{data.placed.name}", str(model.target)) from exc
 
     def rollback(self) -> None:
         """Remove temp files and created files; put replaced files back (models first: a restored
@@ -527,16 +533,13 @@ def _writable_target(path: str | os.PathLike, what: str) -> Path:
     return target
 
 
-def _temp_beside(target: Path, what: str, path: str | os.PathLike, create: bool = True) -> Path:
-    """A new temp file ``.<name>.<pid>.<random>.tmp`` beside ``target`` (``create=False``: a free
-    name for ``os.link``)."""
+def _temp_beside(target: Path, what: str, path: str | os.PathLike) -> Path:
+    """A new, empty temp file ``.<name>.<pid>.<random>.tmp`` beside ``target``."""
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{_stem(target.name)}.{os.getpid()}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:
         raise GraphfixError(f"cannot write {what} ({first_line(exc)})", str(path)) from exc
     os.close(fd)
-    if not create:
-        os.unlink(tmp)
     return Path(tmp)
 
 
@@ -553,6 +556,23 @@ def _fill(temp: Path, data: Data, what: str, path: str | os.PathLike) -> None:
             os.fsync(fh.fileno())
     except OSError as exc:
         raise GraphfixError(f"cannot write {what} ({first_line(exc)})", str(path)) from exc
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """``dst`` as a copy of ``src``, made by the kernel (a reflink where the filesystem shares
+    blocks, such as btrfs or xfs), synced."""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        left = os.fstat(fin.fileno()).st_size
+        try:
+            while left > 0:
+                n = os.copy_file_range(fin.fileno(), fout.fileno(), left)
+                if n == 0:
+                    break
+                left -= n
+        except OSError:  # not across these filesystems: copy the rest through Python
+            shutil.copyfileobj(fin, fout, _CHUNK)
+        fout.flush()
+        os.fsync(fout.fileno())
 
 
 def _place(entry: _Staged, where: Path) -> None:

@@ -216,13 +216,15 @@ def check_writable(path: str | os.PathLike, role: str) -> Path:
     if str(path).endswith(os.sep):
         raise GraphfixError(f"{role} path is a directory", str(p))
     try:
+        _check_name(p, role, p)
         target = resolve_target(p, role)
         parent = target.parent
         if not parent.exists():
             raise GraphfixError(f"{role} directory {parent} does not exist", str(p))
         if not parent.is_dir():
             raise GraphfixError(f"{role} directory {parent} is not a directory", str(p))
-        _check_name(target, role, p)
+        if target != p:
+            _check_name(target, role, p)
         if target.is_dir():
             raise GraphfixError(f"{role} path is a directory", str(p))
         if target.exists() and not target.is_file():
@@ -236,7 +238,7 @@ def check_writable(path: str | os.PathLike, role: str) -> Path:
 def _check_name(target: Path, role: str, p: Path) -> None:
     """The target's name, and the temp name beside it, fit the filesystem's limit."""
     try:
-        limit = os.pathconf(target.parent, "PC_NAME_MAX")
+        limit = os.pathconf(target.parent if target.parent.is_dir() else ".", "PC_NAME_MAX")
     except (OSError, ValueError):
         limit = 255
     size = len(os.fsencode(target.name))

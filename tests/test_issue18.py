@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import stat
 import subprocess
 import sys
 import time
@@ -193,3 +195,155 @@ def test_also_trt_version_typo_is_refused_with_the_known_releases(command, tmp_p
     refused([*args, "--trt", "86"], capfd, tmp_path, ("--trt 86", "no such TensorRT release", "8.6, 9.0", "11.1"))
     rc, _, err = run(["check", src, "--trt", "12.0"], capfd)  # the next major is a plausible release
     assert rc in (0, 1) and not err, err
+
+
+# ============================================================ 5. long names
+def _name(n: int, suffix: str = ".onnx") -> str:
+    return "o" * (n - len(suffix)) + suffix
+
+
+@pytest.mark.parametrize("n", [250, 251, 255])
+def test_5_every_legal_output_name_is_written(n, tmp_path, capfd):
+    """The temp, backup and lock names beside a long target are shortened (with a hash)."""
+    src = save(onnx.load(str(ROOT / "fixtures" / "fold_clip" / "clip_cast_bounds.onnx")), tmp_path / "in.onnx")
+    rc, _, err = run([src, tmp_path / _name(n), "--quiet"], capfd)
+    assert rc == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.onnx", _name(n)])
+
+
+def test_5_names_too_long_are_refused_before_any_work(tmp_path, capfd):
+    src = save(onnx.load(str(ROOT / "fixtures" / "fold_clip" / "clip_cast_bounds.onnx")), tmp_path / "in.onnx")
+    refused([src, tmp_path / _name(256)], capfd, tmp_path, ("output file name is 256 bytes", "at most 255"))
+    report = tmp_path / _name(250, ".json")  # its side file <stem>.inputs.json is 257 bytes
+    refused([src, tmp_path / "out.onnx", "--report", report], capfd, tmp_path, (".inputs.json", "257 bytes"))
+
+
+# ============================================================ 6-7. what is at the output path
+def test_6_external_data_onto_a_fifo_or_device_is_refused(tmp_path, capfd):
+    src = save(onnx.load(str(ROOT / "fixtures" / "fold_clip" / "clip_cast_bounds.onnx")), tmp_path / "in.onnx")
+    os.mkfifo(tmp_path / "w.fifo")
+    (tmp_path / "w.dev").symlink_to("/dev/null")
+    refused([src, tmp_path / "out.onnx", "--external-data", "w.fifo"], capfd, tmp_path, ("w.fifo", "not a regular file (a FIFO)"))
+    refused([src, tmp_path / "out.onnx", "--external-data", "w.dev"], capfd, tmp_path, ("w.dev", "a character device"))
+    assert stat.S_ISFIFO(os.stat(tmp_path / "w.fifo").st_mode) and os.readlink(tmp_path / "w.dev") == "/dev/null"
+
+
+def test_6_the_writer_itself_never_replaces_a_fifo(tmp_path):
+    from graphfix.atomic import write_atomic
+    from graphfix.errors import GraphfixError
+
+    os.mkfifo(tmp_path / "w.data")
+    with pytest.raises(GraphfixError, match="not a regular file"):
+        write_atomic(tmp_path / "w.data", b"x")
+    assert stat.S_ISFIFO(os.stat(tmp_path / "w.data").st_mode) and sorted(os.listdir(tmp_path)) == ["w.data"]
+
+
+@pytest.mark.parametrize("flag", [None, "--report"])
+def test_7_symlink_loop_as_output_is_refused(flag, tmp_path, capfd):
+    src = save(onnx.load(str(ROOT / "fixtures" / "fold_clip" / "clip_cast_bounds.onnx")), tmp_path / "in.onnx")
+    (tmp_path / "o1.json").symlink_to(tmp_path / "o2.json")
+    (tmp_path / "o2.json").symlink_to(tmp_path / "o1.json")
+    args = [src, tmp_path / "o1.json"] if flag is None else [src, tmp_path / "out.onnx", flag, tmp_path / "o1.json"]
+    refused(args, capfd, tmp_path, ("o1.json", "symlink loop"))
+    assert os.readlink(tmp_path / "o1.json") == str(tmp_path / "o2.json")
+
+
+# ============================================================ 8-10. killed and raced commits
+def _versions(folder: Path) -> dict[str, float]:
+    """Two models a and b whose weights (external data a.data / b.data) are all 1.0 / all 2.0:
+    a model on disk with node 'a' must read only 1.0s, with node 'b' only 2.0s."""
+    values = {"a": 1.0, "b": 2.0}
+    for tag, value in values.items():
+        m = model([node("MatMul", ["x", "w"], ["y"], name=tag)], [inp("x", FLOAT, [2, 64])], [out("y", FLOAT, [2, 64])],
+                  [numpy_helper.from_array(np.full((64, 64), value, np.float32), "w")])
+        onnx.save_model(m, str(folder / f"{tag}.onnx"), save_as_external_data=True, location=f"{tag}.data", size_threshold=0)
+    return values
+
+
+def _state(path: Path, values: dict[str, float]) -> str:
+    """Which version the model at ``path`` is, after checking it reads its own weights."""
+    m = onnx.load(str(path))  # loads the external data it names
+    tag = m.graph.node[0].name
+    weights = numpy_helper.to_array(m.graph.initializer[0])
+    assert tag in values and np.all(weights == values[tag]), (tag, np.unique(weights))
+    return tag
+
+
+def _child(args: list, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "graphfix", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+
+
+def test_8_killed_at_every_step_of_the_commit_the_model_reads_its_own_weights(tmp_path, capfd):
+    """out.onnx + out.onnx.data from model a exist; a run writing model b is SIGKILLed before each
+    step of its commit in turn (backups, renames, links, removals). After every kill out.onnx is a
+    or b with its own weights; the next run removes what the killed one left (cause 10)."""
+    values = _versions(tmp_path)
+    previous = tmp_path / "previous"
+    previous.mkdir()
+    rc, _, err = run([tmp_path / "a.onnx", previous / "out.onnx", "--external-data", "out.onnx.data", "--no-verify", "--quiet"], capfd)
+    assert rc == 0, err
+    seen, k = [], 0
+    while True:
+        k += 1
+        work = tmp_path / f"k{k}"
+        work.mkdir()
+        for name in ("out.onnx", "out.onnx.data"):
+            (work / name).write_bytes((previous / name).read_bytes())
+        steps = tmp_path / f"steps{k}.txt"
+        proc = _child([tmp_path / "b.onnx", work / "out.onnx", "--external-data", "out.onnx.data", "--no-verify", "--quiet"],
+                      GRAPHFIX_TEST_KILL_AT=str(k), GRAPHFIX_TEST_STEPS=str(steps))
+        _, err = proc.communicate(timeout=300)
+        seen.append(_state(work / "out.onnx", values))
+        if proc.returncode == 0:  # no step k: the run finished
+            assert not [p for p in work.iterdir() if p.name not in ("out.onnx", "out.onnx.data")]
+            break
+        assert proc.returncode == -signal.SIGKILL, err
+        rc, _, err = run([tmp_path / "b.onnx", work / "out.onnx", "--external-data", "out.onnx.data", "--no-verify", "--quiet"], capfd)
+        assert rc == 0, err
+        assert sorted(p.name for p in work.iterdir()) == ["out.onnx", "out.onnx.data"], (k, steps.read_text())
+        assert _state(work / "out.onnx", values) == "b"
+    assert k >= 6 and "a" in seen and seen[-1] == "b", seen  # the kills spanned the commit
+
+
+@pytest.mark.parametrize("pause_at,step", [(2, "back up out.onnx"), (6, "-> out.onnx")])
+def test_9_two_runs_writing_the_same_output_install_one_after_the_other(pause_at, step, tmp_path):
+    """Run a pauses for 2 s inside its commit (after its weights went to their interim name, or
+    to out.onnx.data just before its model is renamed); run b, started meanwhile, waits for a's
+    lock: out.onnx and out.onnx.data end as one run's, and b's (it committed last)."""
+    values = _versions(tmp_path)
+    for tag in values:  # out.onnx exists: the runs take the interim-name path
+        rc = subprocess.run([sys.executable, "-m", "graphfix", tmp_path / f"{tag}.onnx", tmp_path / "out.onnx",
+                             "--external-data", "out.onnx.data", "--no-verify", "--quiet"],
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300).returncode
+        assert rc == 0
+    steps = tmp_path / "steps_a.txt"
+    a = _child([tmp_path / "a.onnx", tmp_path / "out.onnx", "--external-data", "out.onnx.data", "--no-verify", "--quiet"],
+               GRAPHFIX_TEST_PAUSE_AT=f"{pause_at}:2", GRAPHFIX_TEST_STEPS=str(steps))
+    deadline = time.monotonic() + 120
+    while not (steps.exists() and len(steps.read_text().splitlines()) >= pause_at):
+        assert time.monotonic() < deadline and a.poll() is None, a.communicate()
+        time.sleep(0.02)
+    assert step in steps.read_text().splitlines()[pause_at - 1]
+    b = _child([tmp_path / "b.onnx", tmp_path / "out.onnx", "--external-data", "out.onnx.data", "--no-verify", "--quiet"])
+    for proc in (a, b):
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    assert _state(tmp_path / "out.onnx", values) == "b"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out") or p.name.startswith(".")) == \
+        ["out.onnx", "out.onnx.data"]
+
+
+def test_10_temps_of_dead_runs_are_removed_by_the_next_run(tmp_path, capfd):
+    src = save(onnx.load(str(ROOT / "fixtures" / "fold_clip" / "clip_cast_bounds.onnx")), tmp_path / "in.onnx")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = [f".out.onnx.{dead.pid}.abcd1234.tmp", f".out.onnx.{dead.pid}.abcd1234.bak"]
+    kept = [f".out.onnx.{os.getppid()}.abcd1234.tmp",  # a live process's
+            f".other.onnx.{dead.pid}.abcd1234.tmp",  # another target's
+            f"out.onnx.{dead.pid}.abcd1234.new"]  # interim weights are removed only once no model names them
+    for name in stale + kept:
+        (tmp_path / name).write_bytes(b"x" * 1000)
+    rc, _, err = run([src, tmp_path / "out.onnx", "--quiet"], capfd)
+    assert rc == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.onnx", "out.onnx", *kept])
