@@ -398,7 +398,7 @@ class Transaction:
 
     def reserve(self, path: str | os.PathLike, what: str = "output") -> _Staged:
         """An empty temp file beside ``path`` for a writer that needs a path (TensorRT's engine)."""
-        target = _writable_target(path, what)
+        target = writable_target(path, what)
         remove_stale(target)
         with deferred_signals():  # the temp file is known to the transaction the moment it exists
             entry = _Staged(target, _temp_beside(target, what, path), what)
@@ -515,11 +515,14 @@ class Transaction:
         self._locks.clear()
 
 
-def _writable_target(path: str | os.PathLike, what: str) -> Path:
-    """The file a write to ``path`` replaces: an existing folder, and not a directory, FIFO or device."""
+def writable_target(path: str | os.PathLike, what: str) -> Path:
+    """The file a write to ``path`` replaces (symlinks followed): in an existing folder, and a
+    regular file or nothing yet. Checked again here, after planning: the writer never replaces
+    a directory, FIFO or device."""
     target = resolve_target(path, what)
     if not target.parent.is_dir():
-        raise GraphfixError(f"{what} directory {target.parent} does not exist", str(path))
+        problem = "does not exist" if not target.parent.exists() else "is not a directory"
+        raise GraphfixError(f"{what} directory {target.parent} {problem}", str(path))
     try:
         st = os.stat(target)
     except FileNotFoundError:
@@ -529,8 +532,17 @@ def _writable_target(path: str | os.PathLike, what: str) -> Path:
     if stat.S_ISDIR(st.st_mode):
         raise GraphfixError(f"{what} path is a directory", str(path))
     if not stat.S_ISREG(st.st_mode):
-        raise GraphfixError(f"{what} path is not a regular file; graphfix replaces regular files only", str(path))
+        raise GraphfixError(f"{what} path is not a regular file ({file_kind(st.st_mode)})", str(path))
     return target
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words."""
+    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a plain file"
 
 
 def _temp_beside(target: Path, what: str, path: str | os.PathLike) -> Path:

@@ -9,8 +9,10 @@ external-data file, each report and its polygraphy sidecars, the TensorRT engine
   ``./in.onnx``, ``sub/../in.onnx``, a symlink or a hard link to it (same device and inode);
 - two writes onto the same file (``--report r.json --report r.inputs.json`` collides with the
   first report's sidecar);
-- a write target that is a directory or not a regular file, a missing or unwritable folder
-  (probed by creating a file, since ``os.access`` says yes to root on read-only mounts);
+- a write target that is a directory or not a regular file (a FIFO, a device, a link to one, a
+  symlink loop), a missing or unwritable folder (probed by creating a file, since ``os.access``
+  says yes to root on read-only mounts), a name longer than the filesystem takes;
+- a report extension other than ``.json``/``.md``;
 - inputs that are missing, directories, devices or FIFOs (``/dev/zero`` would be read forever),
   or larger than protobuf can parse;
 - external-data locations that are absolute, leave the model's folder, are missing or shorter
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import onnx
 
-from graphfix.atomic import aux_name_bytes, first_line, resolve_target
+from graphfix.atomic import aux_name_bytes, file_kind, first_line, writable_target
 from graphfix.errors import GraphfixError
 
 #: protobuf cannot parse or serialise a message of 2 GiB or more. A model file, or a model with
@@ -81,7 +83,7 @@ def check_readable(path: str | os.PathLike, role: str = "input", limit: int | No
     if stat.S_ISDIR(st.st_mode):
         raise GraphfixError(f"is a directory, not {_article(role)}", str(p))
     if not (stat.S_ISREG(st.st_mode) or (allow_pipe and stat.S_ISFIFO(st.st_mode))):
-        raise GraphfixError(f"not a regular file ({_kind(st.st_mode)}); graphfix reads {role}s only from regular files", str(p))
+        raise GraphfixError(f"not a regular file ({file_kind(st.st_mode)}); graphfix reads {role}s only from regular files", str(p))
     if not os.access(p, os.R_OK):
         raise GraphfixError(f"cannot read {role} (permission denied)", str(p))
     if limit is not None and stat.S_ISREG(st.st_mode) and st.st_size > limit:
@@ -91,14 +93,6 @@ def check_readable(path: str | os.PathLike, role: str = "input", limit: int | No
 
 def _article(role: str) -> str:
     return f"an {role}" if role[:1] in "aeiou" else f"a {role}"
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a plain file"
 
 
 def check_model_file(path: str | os.PathLike) -> Path:
@@ -217,21 +211,12 @@ def check_writable(path: str | os.PathLike, role: str) -> Path:
         raise GraphfixError(f"{role} path is a directory", str(p))
     try:
         _check_name(p, role, p)
-        target = resolve_target(p, role)
-        parent = target.parent
-        if not parent.exists():
-            raise GraphfixError(f"{role} directory {parent} does not exist", str(p))
-        if not parent.is_dir():
-            raise GraphfixError(f"{role} directory {parent} is not a directory", str(p))
+        target = writable_target(p, role)
         if target != p:
             _check_name(target, role, p)
-        if target.is_dir():
-            raise GraphfixError(f"{role} path is a directory", str(p))
-        if target.exists() and not target.is_file():
-            raise GraphfixError(f"{role} path is not a regular file ({_kind(os.stat(target).st_mode)})", str(p))
     except OSError as exc:  # a path too long, a folder we may not search
         raise GraphfixError(f"cannot write {role} ({first_line(exc)})", str(p)) from exc
-    _probe(parent, role, p)
+    _probe(target.parent, role, p)
     return p
 
 
