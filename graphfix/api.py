@@ -99,8 +99,8 @@ def fix(
     verify: bool = True,
     verify_each: bool = False,
     strict: bool = False,
-    atol: float = 1e-5,
-    rtol: float = 1e-5,
+    atol: float | None = None,
+    rtol: float | None = None,
     seed: int = 1,
     iterations: int = 1,
     input_shapes: dict[str, Sequence[int]] | Sequence[dict[str, Sequence[int]]] | None = None,
@@ -115,7 +115,8 @@ def fix(
     ``passes``: "all", "auto" (with ``trt``), a comma-separated string, or a list of pass names
     and/or ``Pass`` objects (your own passes run in the order given by their ``order``).
     A rewrite whose outputs differ beyond ``atol``/``rtol`` is rolled back, node by node, and
-    reported (``strict=True`` raises instead); ``verify_each`` checks pass by pass instead.
+    reported (None, the default: 1e-5, each region's float32 rounding and the model's own noise
+    floor end to end, as the README's verification section explains; given: exactly those) (``strict=True`` raises instead); ``verify_each`` checks pass by pass instead.
     ``input_shapes``: one dict of shapes, or several (each is verified); without it the
     verification shapes are found by trying. ``output`` writes the fixed model atomically.
     ``inputs``: feeds (one dict per iteration) or a ``.npz``/polygraphy JSON file of them.
@@ -139,11 +140,36 @@ def fix(
     )
     outcome = pipeline.run(model, settings, source, None if output is None else str(output), progress)
     outcome.base_dir = settings.base_dir
+    _describe_inputs(outcome.report, model, outcome.feeds, loaded=inputs is not None)
     result = FixResult(outcome.report, outcome)
     if output is not None:
         with atomic.transaction():
             save_model(outcome.fixed, output, settings.base_dir)
     return result
+
+
+def _describe_inputs(rep: Report, model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], loaded: bool) -> None:
+    """The report's ``inputs``: dtype and shape of each graph input as verification fed it (as
+    declared when nothing was fed: a symbolic dim is its name); loaded inputs also list their
+    shapes under ``shapes``, as the shape search does for the shapes it chose."""
+    initializers = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in initializers:
+            continue
+        if feeds and vi.name in feeds[0]:
+            value = feeds[0][vi.name]
+            rep.inputs[vi.name] = {"dtype": str(value.dtype), "shape": list(value.shape)}
+            continue
+        tt = vi.type.tensor_type
+        try:
+            dtype = str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)))
+        except (KeyError, TypeError, ValueError):
+            dtype = onnx.TensorProto.DataType.Name(tt.elem_type).lower() if tt.elem_type in onnx.TensorProto.DataType.values() else "?"
+        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param or None for d in tt.shape.dim] if tt.HasField("shape") else None
+        rep.inputs[vi.name] = {"dtype": dtype, "shape": dims}
+    if loaded and feeds and not rep.shapes.get("shapes"):
+        shapes = [{k: list(v.shape) for k, v in feed.items()} for feed in feeds]
+        rep.shapes["shapes"] = [s for k, s in enumerate(shapes) if s not in shapes[:k]]
 
 
 def _check_inputs(model: onnx.ModelProto, inputs, inputs_file: str | None, verify: bool,

@@ -643,3 +643,11 @@ def write_atomic(path: str | os.PathLike, data: Data, what: str = "output") -> N
     """Write a file atomically; inside a :class:`Transaction` it is staged with the others."""
     with transaction() as tx:
         tx.stage(path, data, what)
+
+
+def reraise_swallowed_signal() -> None:
+    """Raise again a signal whose exception a library swallowed (polygraphy's ``LazyModule`` has a
+    bare ``except:`` that eats a KeyboardInterrupt raised inside a comparison): called after
+    library calls and before any file is committed, so an interrupted run never writes."""
+    if _SIG.raised is not None and not _SIG.held:
+        raise_for(_SIG.raised)

@@ -26,8 +26,9 @@ from graphfix.commands import COMMANDS
 from graphfix.errors import GraphfixError
 
 #: Exit codes: 0 done, 1 --strict failure / check found blocking nodes, 2 bad input,
-#: 3 a bug in graphfix (one line; --verbose shows the traceback), 130 SIGINT, 143 SIGTERM,
-#: 141 the reader of the output went away (``graphfix passes | head -1``; as SIGPIPE would).
+#: 3 a bug in graphfix (one line; --verbose shows the traceback), 4 written but the --trt target
+#: still rejects it (graphfix/commands/fix.py says why), 130 SIGINT, 143 SIGTERM, 141 the reader
+#: of the output went away (``graphfix passes | head -1``; as SIGPIPE would).
 EXIT_BUG, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_BROKEN_PIPE = 3, 130, 143, 141
 
 

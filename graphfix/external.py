@@ -62,7 +62,7 @@ def load_small(model: onnx.ModelProto, base_dir: Path) -> None:
             del t.external_data[:]
 
 
-def session(model, base_dir: Path | str | None):
+def session(model, base_dir: Path | str | None, tuned: bool = True):
     """An onnxruntime CPU session; external data is read from ``base_dir`` by onnxruntime itself,
     and big inline initializers are handed over as OrtValues over their bytes (see
     :func:`_hand_over`), so the session gets no serialized copy of the weights.
@@ -70,12 +70,14 @@ def session(model, base_dir: Path | str | None):
     Tuned for the few runs verification makes, on graphs of any size: graph optimizations off
     (both sides run the graph's own ops; on a 100k-node export creating the session took 34.7 s
     with them, 10.8 s without) and no memory pattern (planned during the first run: 33.7 s for
-    that run, 0.18 s without)."""
+    that run, 0.18 s without). ``tuned=False``: onnxruntime's defaults, for the models those
+    settings cannot run (see :func:`graphfix.verify.run`)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.enable_mem_pattern = False
+    if tuned:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.enable_mem_pattern = False
     from graphfix.model_io import Assembled
 
     parts = Assembled.of(model)

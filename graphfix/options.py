@@ -30,7 +30,8 @@ FEEDABLE = frozenset({
 UNRETURNABLE = frozenset({onnx.TensorProto.BFLOAT16})
 
 
-def check_settings(*, passes: Any = "all", iterations: int = 1, seed: int = 1, atol: float = 1e-5, rtol: float = 1e-5,
+def check_settings(*, passes: Any = "all", iterations: int = 1, seed: int = 1, atol: float | None = None,
+                   rtol: float | None = None,
                    val_range: Mapping[str, tuple[float, float]] | None = None) -> None:
     """Numbers and lists that make no sense, refused before anything is read."""
     for name, (lo, hi) in (val_range or {}).items():
@@ -46,6 +47,8 @@ def check_settings(*, passes: Any = "all", iterations: int = 1, seed: int = 1, a
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
         raise GraphfixError(f"--seed {seed}: must be a whole number in 0..{2**32 - 1}")
     for name, value in (("--atol", atol), ("--rtol", rtol)):
+        if value is None:  # automatic: graphfix.verify.DEFAULT_TOLERANCE and the model's noise floor
+            continue
         try:
             ok = math.isfinite(value) and value >= 0
         except TypeError:

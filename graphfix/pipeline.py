@@ -65,8 +65,9 @@ class Settings:
     verify: bool = True
     verify_each: bool = False
     strict: bool = False
-    atol: float = 1e-5
-    rtol: float = 1e-5
+    #: None: automatic (verify.DEFAULT_TOLERANCE, widened to rounding and the model's noise floor)
+    atol: float | None = None
+    rtol: float | None = None
     seed: int = 1
     iterations: int = 1
     input_shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
@@ -76,6 +77,17 @@ class Settings:
     feeds: list[dict[str, np.ndarray]] | None = None
     #: the folder the model's external-data locations are relative to (None: no external data)
     base_dir: str | None = None
+
+    @property
+    def tol(self) -> tuple[float, float]:
+        """(atol, rtol) in force: the given ones, else verify.DEFAULT_TOLERANCE."""
+        return (verify.DEFAULT_TOLERANCE if self.atol is None else self.atol,
+                verify.DEFAULT_TOLERANCE if self.rtol is None else self.rtol)
+
+    @property
+    def automatic_tolerance(self) -> bool:
+        """Neither given: regions allow their own rounding, end to end the model's noise floor."""
+        return self.atol is None and self.rtol is None
 
     def public(self) -> dict[str, Any]:
         return {
@@ -116,7 +128,7 @@ def choose_passes(model: onnx.ModelProto, settings: Settings, before=None) -> li
     """The passes to run, in order (``before``: the input's check report for ``settings.trt``,
     when already made)."""
     names = settings.passes
-    if (isinstance(names, str) and names.strip() == "auto") or list(names) == ["auto"]:
+    if _auto(settings):
         if settings.trt is None:
             raise GraphfixError("--passes auto needs --trt VERSION (the TensorRT release to target)")
         from graphfix.trt.check import check_model, passes_for
@@ -127,6 +139,11 @@ def choose_passes(model: onnx.ModelProto, settings: Settings, before=None) -> li
         custom = [n if isinstance(n, Pass) else registry.get(n) for n in names]
         return sorted((p for p in custom if p.name not in settings.skip), key=lambda p: (p.order, p.name))
     return registry.select(names, settings.skip)
+
+
+def _auto(settings: Settings) -> bool:
+    names = settings.passes
+    return (isinstance(names, str) and names.strip() == "auto") or list(names) == ["auto"]
 
 
 # ---------------------------------------------------------------------- passes on one graph
@@ -156,49 +173,126 @@ def op_counts(graph: gs.Graph) -> Counter:
     return Counter(n.op for g in all_graphs(graph) for n in g.nodes)
 
 
+#: Rounds of the pass list at most: a pass may emit what an earlier pass rewrites (cumsum-decompose's
+#: integer Mod after mod-decompose ran), so the list runs again on what the last round added.
+MAX_ROUNDS = 4
+
+
 def _run_passes(graph: gs.Graph, chosen: list[Pass], settings: Settings, log: EditLog, report: Report,
-                step, after_pass=None) -> None:
+                step, after_pass=None) -> int:
+    """The passes in order, then again on what they added, until a round rewrites nothing: running
+    graphfix on its own output then changes nothing. With ``--passes auto`` the later rounds may
+    use any pass (what a rewrite emits can need one the input did not)."""
     trt = _trt_version(settings.trt)
     signature = _signature(graph)
     counts = op_counts(graph)
-    for p in chosen:
-        step(f"pass {p.name}")
-        t0 = time.perf_counter()
-        record = PassRecord(p.name, UNCHANGED)
-        report.passes.append(record)
+    records: dict[str, PassRecord] = {}
+    todo = chosen
+    for _round in range(MAX_ROUNDS):
         mark = len(log.edits)
-        if not any(counts[o] for o in p.ops):
-            record.nodes_before = record.nodes_after = len(graph.nodes)
+        for p in todo:
+            record = records.get(p.name)
+            if record is None:
+                record = PassRecord(p.name, UNCHANGED)
+            _run_pass(p, graph, record, settings, trt, signature, counts, log, step, after_pass)
+            if p.name not in records and (_round == 0 or record.matched or record.verdict != UNCHANGED):
+                records[p.name] = record  # a later round's pass is listed only when it found something
+                report.passes.append(record)
+        added = {n.op for e in log.edits[mark:] if not e.undone for n in e.added}
+        todo = [p for p in (registry.select("all", settings.skip) if _auto(settings) else chosen) if p.ops & added]
+        if not todo:
+            break
+    else:
+        report.notes.append(f"passes still rewrote after {MAX_ROUNDS} rounds ({', '.join(p.name for p in todo)}): "
+                            "a second graphfix run may change the output again")
+    return _undo_new_blockers(graph, log, report, settings.trt) if trt is not None else 0
+
+
+def _undo_new_blockers(graph: gs.Graph, log: EditLog, report: Report, trt: str) -> int:
+    """A rewrite may not leave a node the target rejects (reduce-axes-input's TopK on INT64 before
+    8.6, a Pad with computed pads before 8.0): the region that added it is undone, with the reason.
+    Returns how many regions were undone."""
+    from graphfix.trt.check import BLOCKING, check_nodes
+
+    live = set().union(*(live_nodes(g) for g in all_graphs(graph)))
+    added = {id(n): (e, n) for e in log.edits if not e.undone for n in e.added if id(n) in live}
+    if not added:
+        return 0
+    findings = check_nodes(graph, [(e.graph, n) for e, n in added.values()], trt)
+    by_name = {n.name: e for e, n in added.values()}
+    blamed = {}
+    for f in findings:
+        if f.severity == BLOCKING and f.node in by_name:
+            blamed.setdefault(id(by_name[f.node]), f)
+    if not blamed:
+        return 0
+    by_pass = {r.name: r for r in report.passes}
+    undone = 0
+    for region in regions_mod.regions(log.edits, graph, set()):
+        f = next((blamed[id(e)] for e in region.edits if id(e) in blamed), None)
+        if f is None:
             continue
-        force = p.name in settings.force
-        record.nodes_before = len(graph.nodes)
-        try:
-            matched, rewritten, findings = p.run_on_graph(graph, trt, force, log)
-        except GraphfixError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a buggy pass must not take the user's run down
+        region.undo()
+        undone += 1
+        why = f"{', '.join(f'{e.node.op} {e.node.name!r}' for e in region.edits)}: emits {f.op} {f.node!r}, which TensorRT {trt} rejects ({f.message})"
+        for name in region.passes:
+            rec = by_pass[name]
+            rec.rolled_back_nodes += sum(e.pass_name == name for e in region.edits)
+            rec.reason = (rec.reason + "; " if rec.reason else "rolled back: ") + why
+            if rec.rolled_back_nodes >= rec.rewritten:
+                rec.verdict = ROLLED_BACK
+    return undone
+
+
+def _run_pass(p: Pass, graph: gs.Graph, record: PassRecord, settings: Settings, trt: TrtVersion | None,
+              signature: list[tuple], counts: Counter, log: EditLog, step, after_pass) -> None:
+    step(f"pass {p.name}")
+    t0 = time.perf_counter()
+    mark = len(log.edits)
+    again = record.verdict != UNCHANGED or record.matched  # a later round: add to the first round's record
+    if not any(counts[o] for o in p.ops):
+        if not again:
+            record.nodes_before = record.nodes_after = len(graph.nodes)
+        return
+    force = p.name in settings.force
+    nodes_before = len(graph.nodes)
+    if not again:
+        record.nodes_before = nodes_before
+    verdict = UNCHANGED
+    try:
+        matched, rewritten, findings = p.run_on_graph(graph, trt, force, log)
+    except GraphfixError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a buggy pass must not take the user's run down
+        for e in reversed(log.edits[mark:]):
+            e.undo()
+        del log.edits[mark:]
+        verdict, record.reason = ERROR, f"rolled back: the pass raised {type(exc).__name__}: {first_line(exc)}"
+    else:
+        record.matched += matched
+        record.rewritten += rewritten
+        known = {(f["node"], f["message"]) for f in record.findings}
+        record.findings += [d for d in (f.as_dict() for f in findings) if (d["node"], d["message"]) not in known]
+        broken = _ensure(p, graph, trt, force, {f.node or f.op for f in findings}, signature) if rewritten else ""
+        if broken:
             for e in reversed(log.edits[mark:]):
                 e.undo()
             del log.edits[mark:]
-            record.verdict, record.reason = ERROR, f"rolled back: the pass raised {type(exc).__name__}: {first_line(exc)}"
-        else:
-            record.matched, record.rewritten = matched, rewritten
-            record.findings = [f.as_dict() for f in findings]
-            broken = _ensure(p, graph, trt, force, {f.node or f.op for f in findings}, signature) if rewritten else ""
-            if broken:
-                for e in reversed(log.edits[mark:]):
-                    e.undo()
-                del log.edits[mark:]
-                record.verdict, record.reason = ROLLED_BACK, f"rolled back: the pass broke its contract: {broken}"
-            elif rewritten:
-                record.verdict = UNVERIFIED
-        record.nodes_after = len(graph.nodes) if record.verdict == UNVERIFIED else record.nodes_before
-        counts.update(n.op for e in log.edits[mark:] for n in e.added)
-        record.seconds = round(time.perf_counter() - t0, 4)
-        if after_pass is not None and record.verdict == UNVERIFIED:
-            after_pass(record, log.edits[mark:])
-        if settings.strict and record.verdict in (ROLLED_BACK, ERROR):
-            raise StrictFailure(f"--strict: pass {p.name} {record.verdict}: {record.reason}")
+            verdict, record.reason = ROLLED_BACK, f"rolled back: the pass broke its contract: {broken}"
+        elif rewritten:
+            verdict = UNVERIFIED
+    if verdict != UNCHANGED and not (again and verdict == UNVERIFIED and record.verdict != UNCHANGED):
+        record.verdict = verdict
+    if verdict == UNVERIFIED:
+        record.nodes_after = len(graph.nodes)
+    elif not again:
+        record.nodes_after = nodes_before
+    counts.update(n.op for e in log.edits[mark:] for n in e.added)
+    record.seconds = round(record.seconds + time.perf_counter() - t0, 4)
+    if after_pass is not None and verdict == UNVERIFIED:
+        after_pass(record, log.edits[mark:])
+    if settings.strict and verdict in (ROLLED_BACK, ERROR):
+        raise StrictFailure(f"--strict: pass {p.name} {verdict}: {record.reason}")
 
 
 # ---------------------------------------------------------------------------- entry point
@@ -217,7 +311,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     feeds: list[dict[str, np.ndarray]] = []
     if settings.verify:
         step("choosing verification inputs")
-        feeds = _feeds(model, settings, report, source)
+        feeds = _feeds(model, settings, report, source, counter)
 
     step("importing the graph")
     graph = to_graph(model)  # with the collector off
@@ -246,6 +340,8 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         gc.unfreeze()  # the graph's cycles go with the next automatic collection: forcing one here
         # cost 0.6 s on a 100k-node export and lowered no peak (measured: bench/scale.py)
     report.sessions = counter.count
+    if not counter.tuned:
+        report.notes.append(verify.DEFAULT_SETTINGS_NOTE)
     outcome = Outcome(fixed, report, feeds, baseline, final_results)
     if settings.trt is not None:
         after = _check_fixed(graph, fixed, settings.trt) if isinstance(fixed, Assembled) else _check(fixed, settings.trt)
@@ -254,20 +350,37 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     return outcome
 
 
-def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: str | None) -> list[dict[str, np.ndarray]]:
+def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: str | None,
+           counter: verify.SessionCounter) -> list[dict[str, np.ndarray]]:
     if settings.feeds:
         report.shapes = {"reason": "loaded with --load-inputs", "shapes": []}
         return settings.feeds
-    session = None
+    session, defaults_tried = None, False
+
+    def attempt(feed: dict) -> None:
+        nonlocal session
+        if session is None:
+            session = verify.session(model, settings.base_dir, counter.tuned)
+            report.search_sessions += 1
+        session.run(None, feed)
 
     def runs(shapes: dict) -> str | None:
-        nonlocal session
+        nonlocal session, defaults_tried
         try:
-            feed = verify.make_inputs(model, shapes, settings.val_range, settings.seed, 1)
-            if session is None:
-                session = verify.session(model, settings.base_dir)
-                report.search_sessions += 1
-            session.run(None, feed[0])
+            feed = verify.make_inputs(model, shapes, settings.val_range, settings.seed, 1)[0]
+            try:
+                attempt(feed)
+            except GraphfixError:
+                raise
+            except Exception:  # noqa: BLE001 - once, onnxruntime's defaults (verify.run says why)
+                if not counter.tuned or defaults_tried:
+                    raise
+                session, counter.tuned, defaults_tried = None, False, True
+                try:
+                    attempt(feed)
+                except Exception:
+                    session, counter.tuned = None, True
+                    raise
         except GraphfixError:
             raise
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
@@ -313,7 +426,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source)
         return None, None, True, None
     by_pass = {r.name: r for r in report.passes}
     for r in regs:
-        records = verify.region_diffs(probe_results, r.probes, settings.atol, settings.rtol) if not r.unchecked else {}
+        records = verify.region_diffs(probe_results, r.probes, *settings.tol, settings.automatic_tolerance) if not r.unchecked else {}
         bad = {k: d for k, d in records.items() if not d.passed}
         entry = {"passes": r.passes, "nodes": [f"{e.node.op} '{e.node.name}'" for e in r.edits],
                  "outputs": {k: d.as_dict() for k, d in records.items()}, "verdict": ROLLED_BACK if bad else KEPT,
@@ -353,7 +466,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source)
     except Exception as exc:  # noqa: BLE001
         report.notes.append(f"onnxruntime cannot run the fixed model ({first_line(exc)}); checking pass by pass")
         return baseline, None, True, None
-    diffs = verify.compare(baseline, final, settings.atol, settings.rtol)
+    diffs = _end_to_end(model, baseline, final, settings, feeds, counter, report)
     report.final = {k: d.as_dict() for k, d in diffs.items()}
     if not all(d.passed for d in diffs.values()):
         return baseline, None, True, None
@@ -378,11 +491,11 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
             except Exception as exc:  # noqa: BLE001
                 reason = f"onnxruntime cannot run the rewritten model ({first_line(exc)})"
         if results is not None:
-            diffs = verify.compare(baseline, results, settings.atol, settings.rtol)
+            diffs = _end_to_end(model, baseline, results, settings, feeds, counter, report)
             record.outputs = {k: d.as_dict() for k, d in diffs.items()}
             bad = [k for k, d in diffs.items() if not d.passed]
             if bad:
-                reason = "outputs differ beyond atol={:g}/rtol={:g}: {}".format(settings.atol, settings.rtol, ", ".join(
+                reason = "outputs differ beyond atol={:g}/rtol={:g}: {}".format(*settings.tol, ", ".join(
                     f"{k} (max abs {diffs[k].max_abs:.3g}, max rel {diffs[k].max_rel:.3g}{'; ' + diffs[k].note if diffs[k].note else ''})" for k in bad))
         if reason:
             for e in reversed(edits):
@@ -393,13 +506,29 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
             record.verdict = KEPT
             state["results"] = results
 
-    _run_passes(graph, chosen, settings, log, report, step, after_pass=check)
+    if _run_passes(graph, chosen, settings, log, report, step, after_pass=check):  # regions undone after checking
+        fixed = to_model(graph, model)
+        state["results"] = verify.run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
+        diffs = _end_to_end(model, baseline, state["results"], settings, feeds, counter, report)
+        report.final = {k: d.as_dict() for k, d in diffs.items()}
     fixed = to_model(graph, model) if any(not e.undone for e in log.edits) else model
     report.sessions = counter.count
     if settings.trt is not None:
         report.trt = _trt_summary(before or _check(model, settings.trt), _check(fixed, settings.trt), settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
     return Outcome(fixed, report, feeds, baseline, state["results"])
+
+
+def _end_to_end(model, baseline, results, settings: Settings, feeds, counter, report: Report) -> dict[str, verify.OutputDiff]:
+    """The fixed (or partly fixed) model's outputs against the original's: at the tolerance in
+    force, and with the automatic tolerance, where that fails, within NOISE_MULTIPLE times the
+    original model's own noise floor (measured once per run, reported as ``noise_floor``)."""
+    diffs = verify.compare(baseline, results, *settings.tol)
+    if all(d.passed for d in diffs.values()) or not settings.automatic_tolerance:
+        return diffs
+    if report.noise_floor is None:
+        report.noise_floor = verify.noise_floor(model, feeds, baseline, counter, settings.base_dir)
+    return verify.compare(baseline, results, *settings.tol, report.noise_floor)
 
 
 def _invalid(model: onnx.ModelProto, full_check: bool) -> str | None:

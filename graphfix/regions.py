@@ -66,9 +66,13 @@ def regions(edits: list[Edit], graph: gs.Graph, originals: set[str]) -> list[Reg
         return k
 
     owner: dict[int, int] = {}
-    for k, e in enumerate(live):
+    edited: dict[int, int] = {}  # a node rewritten twice (in place, then replaced): one region, or
+    for k, e in enumerate(live):  # undoing the first alone would revive its outputs beside the second's
         for n in e.added:
             owner[id(n)] = k
+        first = edited.setdefault(id(e.node), k)
+        if first != k:
+            parent[find(k)] = find(first)
     for k, e in enumerate(live):
         if id(e.node) in owner and owner[id(e.node)] != k:
             parent[find(k)] = find(owner[id(e.node)])
@@ -161,10 +165,27 @@ def probe_model(original: onnx.ModelProto, regs: list[Region]) -> Assembled:
 _MAX_DIAGRAM_NODES = 24
 
 
+#: Mermaid entity codes for the characters a label cannot hold literally: ``"`` ends the quoted
+#: label, ``<``/``>`` read as HTML, a leading backtick starts a Markdown string, and ``#`` starts an
+#: entity (so it is escaped first).
+_ESCAPES = {"#": "#35;", '"': "#quot;", "<": "#lt;", ">": "#gt;", "`": "#96;"}
+
+#: Mermaid node shapes by what the node is: an op, a computed tensor, a constant.
+_SHAPES = {"op": ("[", "]"), "tensor": ("([", "])"), "constant": ("[(", ")]")}
+
+
+def mermaid_node(node_id: str, text: str, shape: str = "op") -> str:
+    """``id["text"]`` in the given shape, the text quoted and entity-escaped: tensor names hold
+    ``/``, ``:``, ``[``, ``"`` and anything else, and one bad label fails the whole diagram."""
+    opening, closing = _SHAPES[shape]
+    quoted = "".join(_ESCAPES.get(c, c) for c in text)
+    return f'{node_id}{opening}"{quoted}"{closing}'
+
+
 def _label(t: gs.Tensor) -> str:
     dtype = "?" if t.dtype is None else str(np.dtype(t.dtype)) if not isinstance(t.dtype, int) else str(t.dtype)
     shape = "?" if t.shape is None else "[" + ",".join(str(d) for d in t.shape) + "]"
-    return f"{t.name}: {dtype}{shape}".replace('"', "'")
+    return f"{t.name}: {dtype}{shape}"
 
 
 def _flow(prefix: str, nodes: list[tuple[str, list[gs.Tensor], list[gs.Tensor]]]) -> list[str]:
@@ -173,17 +194,17 @@ def _flow(prefix: str, nodes: list[tuple[str, list[gs.Tensor], list[gs.Tensor]]]
     def tid(t: gs.Tensor) -> str:
         if t.name not in ids:
             ids[t.name] = f"{prefix}t{len(ids)}"
-            shape = "[(" if isinstance(t, gs.Constant) else '(["'
-            lines.append(f'    {ids[t.name]}{shape}"{_label(t)}"' + (")]" if isinstance(t, gs.Constant) else '"])'))
+            shape = "constant" if isinstance(t, gs.Constant) else "tensor"
+            lines.append("    " + mermaid_node(ids[t.name], _label(t), shape))
         return ids[t.name]
 
     for k, (op, ins, outs) in enumerate(nodes[:_MAX_DIAGRAM_NODES]):
         nid = f"{prefix}n{k}"
-        lines.append(f'    {nid}["{op}"]')
+        lines.append("    " + mermaid_node(nid, op))
         lines += [f"    {tid(t)} --> {nid}" for t in ins if t.name and not (isinstance(t, gs.Constant) and t.values.size > 16)]
         lines += [f"    {nid} --> {tid(t)}" for t in outs]
     if len(nodes) > _MAX_DIAGRAM_NODES:
-        lines.append(f'    {prefix}more["... {len(nodes) - _MAX_DIAGRAM_NODES} more nodes"]')
+        lines.append("    " + mermaid_node(f"{prefix}more", f"... {len(nodes) - _MAX_DIAGRAM_NODES} more nodes"))
     return lines
 
 
@@ -191,6 +212,6 @@ def diagram(region: Region) -> str:
     """A Mermaid before/after flowchart of one rewritten region (tensor names, dtypes, shapes)."""
     before = [(f"{e.saved[0]} {e.node.name}".strip(), e.saved[1], e.saved[2]) for e in region.edits]
     after = [(f"{n.op} {n.name}".strip(), list(n.inputs), list(n.outputs)) for n in region.nodes]
-    lines = ["flowchart LR", '  subgraph before["before"]', *_flow("b", before), "  end",
-             '  subgraph after["after"]', *_flow("a", after), "  end"]
+    lines = ["flowchart LR", "  subgraph " + mermaid_node("before", "before"), *_flow("b", before), "  end",
+             "  subgraph " + mermaid_node("after", "after"), *_flow("a", after), "  end"]
     return "\n".join(lines)

@@ -18,6 +18,9 @@ from graphfix.model_io import write_atomic
 
 SCHEMA_VERSION = 2
 
+#: End-to-end acceptance in multiples of the original model's noise floor (graphfix.verify).
+NOISE_MULTIPLE = 10
+
 #: Verdicts, in the words the table and the JSON use.
 KEPT, UNVERIFIED, UNCHANGED, ROLLED_BACK, ERROR = "kept", "kept-unverified", "unchanged", "rolled-back", "error"
 
@@ -58,6 +61,9 @@ class Report:
     #: node-level records: one per rewritten region (passes, nodes, outputs, verdict, diagram)
     nodes: list[dict[str, Any]] = field(default_factory=list)
     final: dict[str, Any] = field(default_factory=dict)
+    #: the original model's own noise floor per output (max abs), measured when the strict
+    #: end-to-end comparison failed (None: not needed)
+    noise_floor: dict[str, float] | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     trt: dict[str, Any] | None = None
@@ -65,7 +71,16 @@ class Report:
     files: dict[str, str] = field(default_factory=dict)
 
     @property
+    def blocking_left(self) -> list[dict[str, Any]]:
+        """The findings for which the ``--trt`` target still rejects the fixed model (exit 4)."""
+        if not self.trt:
+            return []
+        return [f for f in self.trt["after"]["findings"] if f["severity"] == "blocking"]
+
+    @property
     def status(self) -> str:
+        if self.blocking_left:
+            return "blocked"
         if any(p.verdict in (ROLLED_BACK, ERROR) or p.rolled_back_nodes for p in self.passes):
             return "rolled-back"
         return "ok"
@@ -118,6 +133,14 @@ def table(report: Report) -> str:
         if p.reason:
             notes.append(f"{p.name}: {p.reason}")
         notes += [f"{p.name}: {f['op']} '{f['node']}' not rewritten: {f['message']}{in_parens(like)}" for f, like in grouped(p.findings)]
+    if report.noise_floor:
+        worst = max(report.final, key=lambda k: report.final[k]["max_abs"], default=None)
+        if worst is not None:
+            d = report.final[worst]
+            notes.append(f"end to end: {worst} differs by {_num(d['max_abs'])}; the original model's own noise floor there is "
+                         f"{_num(report.noise_floor.get(worst, 0.0))} (accepted up to {NOISE_MULTIPLE}x; --atol/--rtol make it exact)")
+    if report.notes:
+        notes += report.notes
     if notes:
         lines += ["", *notes]
     verified = "verification off" if not report.settings.get("verify", True) else f"{report.sessions} onnxruntime session(s)"
@@ -129,61 +152,152 @@ def table(report: Report) -> str:
 NAMED = 5
 
 
+def group_by(items: list[dict], key: tuple[str, ...]) -> list[list[dict]]:
+    """Items with equal values under ``key`` together, in first-seen order."""
+    groups: dict[tuple, list[dict]] = {}
+    for f in items:
+        groups.setdefault(tuple(f.get(k) for k in key), []).append(f)
+    return list(groups.values())
+
+
 def grouped(findings: list[dict], key: tuple[str, ...] = ("op", "message")) -> list[tuple[dict, str]]:
     """Each distinct finding once, with "and N more like it: ..." naming the other nodes (empty
     when there are none): an export repeats its blocks, and 25000 identical lines hide the one
     that differs."""
-    groups: dict[tuple, list[dict]] = {}
-    for f in findings:
-        groups.setdefault(tuple(f.get(k) for k in key), []).append(f)
-    out = []
-    for same in groups.values():
-        others = [g.get("node") or "(model)" for g in same[1:]]
-        named = ", ".join(others[:NAMED]) + (f", … ({len(others) - NAMED} more)" if len(others) > NAMED else "")
-        out.append((same[0], f"and {len(others)} more like it: {named}" if others else ""))
-    return out
+    return [(same[0], _more_like(same)) for same in group_by(findings, key)]
+
+
+def _more_like(same: list[dict]) -> str:
+    others = [g.get("node") or "(model)" for g in same[1:]]
+    named = ", ".join(others[:NAMED]) + (f", … ({len(others) - NAMED} more)" if len(others) > NAMED else "")
+    return f"and {len(others)} more like it: {named}" if others else ""
 
 
 def in_parens(like: str) -> str:
     return f" ({like})" if like else ""
 
 
+#: A Markdown report stays readable (and under 1 MB) however many regions a run rewrote: at most
+#: this many diagrams (and per kind of rewrite) and table rows per list; the JSON has every record.
+MAX_DIAGRAMS, DIAGRAMS_PER_KIND, MAX_ROWS = 20, 3, 50
+
+
+def md_cell(text: object) -> str:
+    """Text that stays inside one Markdown table cell."""
+    return " ".join(str(text).split()).replace("|", "\\|") or "-"
+
+
+def _rows(head: list[str], rows: list[list[str]], what: str) -> list[str]:
+    """A Markdown table of at most MAX_ROWS rows, then how many were left out."""
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(r) + " |" for r in rows[:MAX_ROWS]]
+    if len(rows) > MAX_ROWS:
+        out += ["", f"… {len(rows) - MAX_ROWS} more {what} (every one is in the JSON report)"]
+    return out
+
+
+def _pass_rows(report: Report) -> list[list[str]]:
+    """One row per pass with its worst output (as the terminal table), then each mismatch."""
+    rows = []
+    for p in report.passes:
+        worst = p.worst
+        rows.append([p.name, str(p.matched), str(p.rewritten), f"{p.nodes_before}→{p.nodes_after}" if p.rewritten else "-",
+                     f"`{worst[0]}`" + (f" (of {len(p.outputs)})" if len(p.outputs) > 1 else "") if worst else "-",
+                     _num(worst[1]) if worst else "-", _num(worst[2]) if worst else "-", p.verdict, f"{p.seconds:.2f}s"])
+        bad = [(k, d) for k, d in p.outputs.items() if not d["passed"]]
+        rows += [["", "", "", "", f"`{k}`", _num(d["max_abs"]), _num(d["max_rel"]), "MISMATCH", ""] for k, d in bad[:NAMED]]
+        if len(bad) > NAMED:
+            rows.append(["", "", "", "", f"… {len(bad) - NAMED} more mismatching outputs", "", "", "", ""])
+    return rows
+
+
+def rewrite_groups(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Node records of identical rewrites together (same passes, same replaced ops, same
+    verdict), rolled-back groups first: an export repeats its blocks, and the 25000 copies of
+    one rewrite are one row."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        ops = tuple(n.split(" ", 1)[0] for n in r["nodes"])
+        groups.setdefault((tuple(r["passes"]), ops, r["verdict"]), []).append(r)
+    return sorted(groups.values(), key=lambda g: g[0]["verdict"] == KEPT)
+
+
+def _worst_diff(records: list[dict[str, Any]]) -> str:
+    diffs = [(d["max_abs"], k) for r in records for k, d in r["outputs"].items()]
+    if not diffs:
+        return "-"
+    value, name = max(diffs, key=lambda d: d[0])  # the first of equals
+    return f"{_num(value)} (`{name}`)"
+
+
+def _drawn(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """At most MAX_DIAGRAMS records to draw: each group's first, then each group's second, ...
+    up to DIAGRAMS_PER_KIND (a small run draws every region, a large one each kind of rewrite)."""
+    picked: list[dict[str, Any]] = []
+    depth = 0
+    while len(picked) < MAX_DIAGRAMS and depth < DIAGRAMS_PER_KIND and any(depth < len(g) for g in groups):
+        picked += [g[depth] for g in groups if depth < len(g)][:MAX_DIAGRAMS - len(picked)]
+        depth += 1
+    return picked
+
+
+def _trt_table(check: dict[str, Any]) -> list[str]:
+    """One TensorRT check as a table of distinct findings, with how many nodes each covers."""
+    if not check["findings"]:
+        return ["no findings"]
+    rows = []
+    for same in group_by(check["findings"], ("severity", "op", "message", "remedy")):
+        f = same[0]
+        where = f"`{f['node']}`{in_parens(_more_like(same))}" if f["node"] else "-"
+        rows.append([f["severity"], md_cell(f["op"] or "(model)"), str(len(same)), md_cell(where), md_cell(f["message"]),
+                     md_cell(f.get("remedy") or "-")])
+    return _rows(["severity", "op", "nodes", "where", "finding", "remedy"], rows, "kinds of finding")
+
+
 def markdown(report: Report) -> str:
+    """The report for people: grouped and bounded (MAX_DIAGRAMS, MAX_ROWS) so that a 100k-node
+    run stays readable; the JSON report keeps every record."""
     out = ["# graphfix report", "", f"- input: `{report.input}`", f"- output: `{report.output}`",
            f"- status: **{report.status}**", f"- onnxruntime sessions: {report.sessions}", "",
-           "| pass | matched | rewritten | nodes | output | max abs | max rel | verdict | time |",
-           "|---|---:|---:|---|---|---:|---:|---|---:|"]
-    for p in report.passes:
-        nodes = f"{p.nodes_before}→{p.nodes_after}" if p.rewritten else "-"
-        outs = list(p.outputs.items()) or [("-", None)]
-        for k, (name, d) in enumerate(outs):
-            first = k == 0
-            out.append("| " + " | ".join([
-                p.name if first else "", str(p.matched) if first else "", str(p.rewritten) if first else "",
-                nodes if first else "", f"`{name}`" if d else "-",
-                _num(d["max_abs"]) if d else "-", _num(d["max_rel"]) if d else "-",
-                (p.verdict if d is None or d["passed"] else f"{p.verdict} (mismatch)") if first or d else "",
-                f"{p.seconds:.2f}s" if first else "",
-            ]) + " |")
-    notes = [f"- **{p.name}**: {p.reason}" for p in report.passes if p.reason]
+           *_rows(["pass", "matched", "rewritten", "nodes", "worst output", "max abs", "max rel", "verdict", "time"],
+                  _pass_rows(report), "rows")]
+    notes = [f"- **{p.name}**: {md_cell(p.reason)}" for p in report.passes if p.reason]
     notes += [f"- **{p.name}**: {f['op']} `{f['node']}` not rewritten: {f['message']}{in_parens(like)}"
               for p in report.passes for f, like in grouped(p.findings)]
     if notes:
-        out += ["", "## Findings", "", *notes]
-    if report.shapes:
+        out += ["", "## Findings", "", *notes[:MAX_ROWS]]
+        out += [f"- … {len(notes) - MAX_ROWS} more (every one is in the JSON report)"] if len(notes) > MAX_ROWS else []
+    if report.shapes or report.inputs:
         out += ["", "## Verification", "", f"- {report.verification or 'node by node: probe + end-to-end run'}",
                 f"- shapes: {report.shapes.get('reason', '')}"]
-        out += [f"  - `{json.dumps(s)}`" for s in report.shapes.get("shapes", [])]
-        out += [f"- note: {n}" for n in report.notes]
+        out += [f"  - `{json.dumps(s)}`" for s in report.shapes.get("shapes", [])[:NAMED]]
+        out += [f"- note: {md_cell(n)}" for n in report.notes[:MAX_ROWS]]
+        if report.inputs:
+            out += ["", *_rows(["input", "dtype", "shape"], [[f"`{md_cell(k)}`", v["dtype"], md_cell(v["shape"])]
+                                                              for k, v in report.inputs.items()], "inputs")]
     if report.nodes:
-        out += ["", "## Rewritten nodes"]
-        for r in report.nodes:
-            diffs = ", ".join(f"`{k}` max abs {_num(d['max_abs'])}" for k, d in r["outputs"].items()) or "-"
+        groups = rewrite_groups(report.nodes)
+        out += ["", "## Rewrites", "", f"{len(report.nodes)} rewritten region(s) in {len(groups)} kind(s).", ""]
+        out += _rows(["passes", "replaced", "regions", "verdict", "worst max abs", "nodes"], [[
+            ", ".join(g[0]["passes"]), md_cell(" + ".join(n.split(" ", 1)[0] for n in g[0]["nodes"])), str(len(g)),
+            f"**{g[0]['verdict']}**", _worst_diff(g),
+            md_cell(", ".join(n for r in g[:NAMED] for n in r["nodes"]) + (f", … {len(g) - NAMED} more" if len(g) > NAMED else "")),
+        ] for g in groups], "kinds of rewrite")
+        drawn = _drawn(groups)
+        out += ["", "## Rewritten regions", "",
+                f"{len(drawn)} of {len(report.nodes)} drawn (each kind of rewrite first); every diagram is in the JSON report."]
+        for r in drawn:
+            diffs = ", ".join(f"`{k}` max abs {_num(d['max_abs'])}" for k, d in list(r["outputs"].items())[:NAMED]) or "-"
             out += ["", f"### {', '.join(r['nodes'])} — {', '.join(r['passes'])}: **{r['verdict']}**", "",
                     f"checked {r['checked']}; {diffs}", "", "```mermaid", r["diagram"], "```"]
     if report.trt:
-        out += ["", "## TensorRT check", "", "```json", json.dumps(report.trt, indent=2), "```"]
-    return "\n".join(out) + "\n"
+        before, after = report.trt["before"], report.trt["after"]
+        out += ["", f"## TensorRT {report.trt['version']} check", ""]
+        out += [f"- {n}" for n in dict.fromkeys((before.get("note"), after.get("note"))) if n]
+        for title, check in (("before", before), ("after", after)):
+            blocking = sum(f["severity"] == "blocking" for f in check["findings"])
+            out += [f"### {title}: {blocking} blocking finding(s)", "", *_trt_table(check), ""]
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 # --------------------------------------------------------------------- files

@@ -23,6 +23,8 @@ from polygraphy.comparator.compare import SimpleCompareFunc
 from polygraphy.comparator.struct import IterationResult
 from polygraphy.logger import G_LOGGER
 
+from graphfix import report as report_mod
+from graphfix.atomic import reraise_swallowed_signal
 from graphfix.errors import GraphfixError
 from graphfix.model_io import Assembled, first_line, runtime_compatible
 
@@ -166,13 +168,20 @@ def load_inputs(path: str, model: onnx.ModelProto) -> Feeds:
 
 # ------------------------------------------------------------------ running
 class SessionCounter:
-    """Counts onnxruntime sessions (reports say what verification cost)."""
+    """Counts onnxruntime sessions (reports say what verification cost) and remembers whether
+    verification's tuned session settings had to give way to onnxruntime's defaults."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.tuned = True
 
 
-def session(model: onnx.ModelProto, base_dir=None):
+#: Said in the report when verification had to use onnxruntime's default session settings.
+DEFAULT_SETTINGS_NOTE = ("onnxruntime could not run the model with verification's session settings (no graph "
+                         "optimizations, no memory pattern) but runs it with its defaults: every session used the defaults")
+
+
+def session(model: onnx.ModelProto, base_dir=None, tuned: bool = True):
     """A bare onnxruntime CPU session (the candidate-shape search)."""
     if any(n.op_type == "ATen" for n in model.graph.node):  # onnxruntime has no ATen kernels
         from graphfix.aten_reference import evaluator
@@ -180,7 +189,7 @@ def session(model: onnx.ModelProto, base_dir=None):
         return evaluator(model)
     from graphfix import external
 
-    return external.session(runtime_compatible(model), base_dir)
+    return external.session(runtime_compatible(model), base_dir, tuned)
 
 
 def run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: SessionCounter | None = None,
@@ -193,14 +202,33 @@ def run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: Se
         from graphfix.aten_reference import run_results  # the ONNX reference evaluator
 
         return run_results(parts.proto(), feeds, name)
+    parts = parts.compatible()
+    tuned = counter.tuned if counter is not None else True
+    try:
+        return _compare_run(parts, feeds, name, counter, base_dir, tuned)
+    except GraphfixError:
+        raise
+    except Exception:  # noqa: BLE001 - the tuned settings may be what fails (below)
+        if not tuned:
+            raise
+    # A model a default session runs must never be refused: the tuned settings pre-allocate
+    # outputs from declared shapes (a legacy scatter_reduce If declaring [24] while computing [3,8]).
+    results = _compare_run(parts, feeds, name, counter, base_dir, tuned=False)
+    if counter is not None:
+        counter.tuned = False
+    return results
+
+
+def _compare_run(parts: Assembled, feeds: Feeds, name: str, counter: SessionCounter | None, base_dir, tuned: bool) -> RunResults:
     from graphfix import external
 
-    parts = parts.compatible()
-    runner = OnnxrtRunner(lambda: external.session(parts, base_dir), name=name)
+    runner = OnnxrtRunner(lambda: external.session(parts, base_dir, tuned), name=name)
     if counter is not None:
         counter.count += 1
     with quiet_polygraphy():
-        return Comparator.run([runner], data_loader=feeds)
+        results = Comparator.run([runner], data_loader=feeds)
+    reraise_swallowed_signal()
+    return results
 
 
 def _wrong_in_onnxruntime(model: onnx.ModelProto) -> bool:
@@ -236,6 +264,44 @@ def _onnxruntime_col2im_dilation_ok() -> bool:
     return bool(np.allclose(got, ReferenceEvaluator(m).run(None, {"x": x})[0]))
 
 
+def noise_floor(model: onnx.ModelProto, feeds: Feeds, baseline: RunResults, counter: SessionCounter,
+                base_dir=None) -> dict[str, float]:
+    """How far the original model's float outputs move under changes that are correct by
+    construction: onnxruntime's graph optimizations switched (its fusions round differently), and
+    every float input moved by one ulp (how much the model amplifies rounding). Max abs per output;
+    one more session, made only when the strict end-to-end comparison failed."""
+    parts = Assembled.of(model)
+    if any(n.op_type == "ATen" for n in parts.stub.graph.node) or _wrong_in_onnxruntime(parts.stub):
+        return {}
+    nudged = [{k: _nudged(v) for k, v in feed.items()} for feed in feeds]
+    try:
+        results = _compare_run(parts.compatible(), [*feeds, *nudged], "graphfix-noise", counter, base_dir, not counter.tuned)
+    except GraphfixError:
+        raise
+    except Exception:  # noqa: BLE001 - no noise floor: the strict comparison stands
+        return {}
+    runs, n, floor = iterations(results), len(feeds), {}
+    for k, base in enumerate(iterations(baseline)):
+        for name in base:
+            ref = np.asarray(base[name])
+            if ref.dtype.kind == "f" and name in runs[k]:
+                moved = max(_finite_max_abs(ref, np.asarray(runs[k][name])), _finite_max_abs(ref, np.asarray(runs[n + k][name])))
+                floor[name] = max(floor.get(name, 0.0), moved)
+    return floor
+
+
+def _nudged(value: np.ndarray) -> np.ndarray:
+    value = np.asarray(value)
+    return np.nextafter(value, np.inf).astype(value.dtype) if value.dtype.kind == "f" else value
+
+
+def _finite_max_abs(a: np.ndarray, b: np.ndarray) -> float:
+    if a.shape != b.shape:
+        return 0.0
+    both = np.isfinite(a) & np.isfinite(b)
+    return float(np.abs(a[both].astype(np.float64) - b[both]).max()) if both.any() else 0.0
+
+
 def select_outputs(results: RunResults, names: list[str]) -> RunResults:
     """The same run restricted to ``names`` (the probe's original outputs are the baseline)."""
     out = RunResults()
@@ -244,21 +310,44 @@ def select_outputs(results: RunResults, names: list[str]) -> RunResults:
     return out
 
 
-def region_diffs(results: RunResults, probes: dict[str, str], atol: float, rtol: float) -> dict[str, OutputDiff]:
+def region_diffs(results: RunResults, probes: dict[str, str], atol: float, rtol: float,
+                 rounding: bool = False) -> dict[str, OutputDiff]:
     """Per original tensor a region recomputes: original vs rewritten value, over every feed.
 
     Same rule as polygraphy's SimpleCompareFunc (an element passes when its absolute difference
     is <= atol or its relative difference is <= rtol; NaN where the original has NaN agrees), in
     plain numpy: polygraphy formats every array it compares, which dominates on many regions.
+    ``rounding`` (automatic tolerance): atol is at least :data:`REGION_ULPS` units in the last place
+    of the tensor's largest magnitude, what a few ops computing the same value in another order
+    round to (a bilinear GridSample of correlation volumes near 40 differs by 1.5e-5 exactly so).
     """
     diffs: dict[str, OutputDiff] = {}
     for it in iterations(results):
         for name, probe in probes.items():
-            cur = _numpy_diff(np.asarray(it[name]), np.asarray(it[probe]), atol, rtol)
+            ref = np.asarray(it[name])
+            cur = _numpy_diff(ref, np.asarray(it[probe]), max(atol, rounding_floor(ref)) if rounding else atol, rtol)
             prev = diffs.get(name)
             diffs[name] = cur if prev is None else OutputDiff(
                 max(prev.max_abs, cur.max_abs), max(prev.max_rel, cur.max_rel), prev.passed and cur.passed, prev.note or cur.note)
     return diffs
+
+
+#: atol and rtol unless given (--atol/--rtol, which are then used exactly).
+DEFAULT_TOLERANCE = 1e-5
+#: A region's own rounding: this many units in the last place of its tensor's largest magnitude.
+REGION_ULPS = 16
+#: End to end, a fixed model is accepted within this many times the original model's noise floor
+#: (:func:`noise_floor`): a rewrite rounds a few ops differently, and a deep model amplifies that
+#: the way it amplifies its own rounding.
+NOISE_MULTIPLE = report_mod.NOISE_MULTIPLE
+
+
+def rounding_floor(ref: np.ndarray) -> float:
+    """:data:`REGION_ULPS` ulps of the largest finite magnitude of a float tensor (0 for others)."""
+    if ref.dtype.kind != "f" or ref.size == 0:
+        return 0.0
+    finite = np.abs(ref[np.isfinite(ref)])
+    return float(REGION_ULPS * np.finfo(ref.dtype).eps * finite.max()) if finite.size else 0.0
 
 
 #: Tolerance floors for low-precision outputs: 4 units in the last place, since a rewrite that
@@ -311,14 +400,21 @@ class OutputDiff:
     max_rel: float
     passed: bool
     note: str = ""
+    #: the original model's own noise floor for this output, when the comparison allowed for it
+    noise_floor: float | None = None
 
     def as_dict(self) -> dict[str, object]:
-        return {"max_abs": self.max_abs, "max_rel": self.max_rel, "passed": self.passed, **({"note": self.note} if self.note else {})}
+        extra = {"note": self.note} if self.note else {}
+        if self.noise_floor is not None:
+            extra["noise_floor"] = self.noise_floor
+        return {"max_abs": self.max_abs, "max_rel": self.max_rel, "passed": self.passed, **extra}
 
 
-def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: float) -> dict[str, OutputDiff]:
+def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: float,
+            noise: dict[str, float] | None = None) -> dict[str, OutputDiff]:
     """Worst difference per output over all iterations (polygraphy SimpleCompareFunc; fp16/bf16
-    outputs at no less than :func:`tolerances`' floor)."""
+    outputs at no less than :func:`tolerances`' floor; with ``noise``, the original model's noise
+    floor per output, atol is at least :data:`NOISE_MULTIPLE` times it)."""
     funcs: dict[tuple[float, float], SimpleCompareFunc] = {}
     diffs: dict[str, OutputDiff] = {}
     with quiet_polygraphy():
@@ -337,6 +433,9 @@ def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: flo
                     diffs[name] = OutputDiff(float("nan"), float("nan"), False, nan_note)
                     continue
                 tol = tolerances(ref.dtype, atol, rtol)
+                floor = (noise or {}).get(name)
+                if floor:
+                    tol = (max(tol[0], NOISE_MULTIPLE * floor), tol[1])
                 if tol not in funcs:
                     funcs[tol] = SimpleCompareFunc(atol=tol[0], rtol=tol[1], check_shapes=True, infinities_compare_equal=True)
                 with np.errstate(divide="ignore", invalid="ignore"):
@@ -345,11 +444,12 @@ def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: flo
                 if max_abs == 0:
                     max_rel = 0.0  # polygraphy's 0/0 for exact zeros
                 prev = diffs.get(name)
-                cur = OutputDiff(max_abs, max_rel, bool(result))
+                cur = OutputDiff(max_abs, max_rel, bool(result), noise_floor=floor)
                 if prev is None:
                     diffs[name] = cur
                 else:
-                    diffs[name] = OutputDiff(max(prev.max_abs, cur.max_abs), max(prev.max_rel, cur.max_rel), prev.passed and cur.passed, prev.note)
+                    diffs[name] = OutputDiff(max(prev.max_abs, cur.max_abs), max(prev.max_rel, cur.max_rel),
+                                             prev.passed and cur.passed, prev.note, floor)
     return diffs
 
 

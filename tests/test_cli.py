@@ -176,3 +176,43 @@ def test_python_dash_m_is_the_command(tmp_path):
     assert out.exists() and proc.stderr == ""
     bad = subprocess.run([sys.executable, "-m", "graphfix", str(tmp_path / "missing.onnx"), str(out)], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("graphfix: error:") and "Traceback" not in bad.stderr
+
+
+SHARED_DIMS = ROOT / "fixtures" / "dynamic_shapes" / "shared_dims.onnx"
+
+
+@pytest.mark.parametrize("shape_args,expect", [
+    (["--input-shapes", "a:[5,3]", "b:[5,3]"], [{"a": [5, 3], "b": [5, 3]}]),  # polygraphy
+    (["--input-shapes", "a:5x3,b:5x3"], [{"a": [5, 3], "b": [5, 3]}]),  # trtexec
+    (["--input-shapes", "a:[5,3]", "b:[5,3]", "--input-shapes", "a:[2,3]", "b:[2,3]"],
+     [{"a": [5, 3], "b": [5, 3]}, {"a": [2, 3], "b": [2, 3]}]),  # two sets
+])
+def test_input_shapes_in_trtexec_and_polygraphy_syntax(shape_args, expect, tmp_path):
+    assert main([str(SHARED_DIMS), str(tmp_path / "o.onnx"), *shape_args, "--report", str(tmp_path / "r.json"), "--quiet"]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["shapes"]["shapes"] == expect
+
+
+def test_profile_shapes_in_polygraphy_syntax(tmp_path, capsys):
+    assert main([str(SHARED_DIMS), str(tmp_path / "o.onnx"), "--trt", "8.6", "--trt-min-shapes", "a:[1,3]", "b:[1,3]",
+                 "--trt-opt-shapes", "a:[4,3]", "b:[4,3]", "--trt-max-shapes", "a:[8,3]", "b:[8,3]"]) == 0
+    assert "--minShapes=a:1x3,b:1x3 --optShapes=a:4x3,b:4x3 --maxShapes=a:8x3,b:8x3" in capsys.readouterr().out
+
+
+def test_paths_after_multi_value_shapes_are_pointed_out(tmp_path, capsys):
+    assert main(["fix", "--input-shapes", "a:[5,3]", str(SHARED_DIMS), str(tmp_path / "o.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert "bad --input-shapes entry" in err and "give IN and OUT before the shape options" in err
+
+
+def test_exit_4_when_the_target_still_rejects_the_written_model(tmp_path, capsys):
+    """NonZero has no importer before 8.5 and no rewrite: the model is written, the exit code and
+    the summary say TensorRT 8.0 will still reject it, and no trtexec line is offered."""
+    out = tmp_path / "out.onnx"
+    code = main([str(ROOT / "fixtures" / "gathernd_decompose" / "masked_select_dynamo.onnx"), str(out), "--passes", "auto", "--trt", "8.0"])
+    printed = capsys.readouterr()
+    assert code == 4
+    assert out.exists()
+    assert "will still reject" in printed.err and "1 blocking finding(s) left" in printed.err
+    assert "NonZero" in printed.out and "trtexec" not in printed.out
+    assert "status: blocked" in printed.out
+    assert main([str(ROOT / "fixtures" / "gathernd_decompose" / "masked_select_dynamo.onnx"), str(out), "--passes", "auto", "--trt", "8.6"]) == 0

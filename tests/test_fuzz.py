@@ -254,7 +254,7 @@ def _check_case(case: Path, extra: list[str], capfd, label: str) -> int:
     rc = main([str(case / "in.onnx"), str(dst), "--quiet", "--report", str(rep), *extra])
     err = capfd.readouterr().err
     label = f"{label} exit {rc}: {err!r}"
-    assert rc in (0, 2), label
+    assert rc in (0, 2, 4), label  # 4: written, but the --trt target still rejects it
     assert "Traceback" not in err, label
     assert {p.name: _digest(p) for p in case.iterdir() if p.name in before} == before, label
     if rc == 2:

@@ -104,9 +104,16 @@ def test_written_model_loads_in_onnxruntime_and_keeps_io(tmp_path):
     np.testing.assert_allclose(ort_run(written, feeds)[0], ort_run(m, feeds)[0], atol=1e-6)
 
 
-def test_unknown_pass_lists_valid_ones():
-    with pytest.raises(GraphfixError, match="unknown pass 'nope'.*fold-clip"):
-        graphfix.fix(fold_clip.clip_cast_bounds(), "fold-clip,nope")
+@pytest.mark.parametrize("name,hint", [
+    ("nope", "unknown pass 'nope'; 'graphfix passes' lists the 28 passes$"),
+    ("fold-clp", "unknown pass 'fold-clp'; did you mean 'fold-clip'\\?$"),
+    ("gelu_decompose", "did you mean 'gelu-decompose'\\?$"),
+    ("scatter-decompose", "did you mean 'scatternd-decompose' or 'scatterelements-decompose'\\?$"),
+])
+def test_unknown_pass_suggests_close_names(name, hint):
+    """A typo gets the one or two closest names, not the list of every pass."""
+    with pytest.raises(GraphfixError, match=hint):
+        graphfix.fix(fold_clip.clip_cast_bounds(), f"fold-clip,{name}")
 
 
 def test_skip_and_subset_keep_pipeline_order():

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from graphfix.cli import main
 from graphfix.errors import GraphfixError
 from graphfix.trt import engine
 
+ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = "fixtures/einsum_to_matmul/lightglue_ellipsis.onnx"
 SHAPES = ["--trt-min-shapes", "sim:1x4x1x1,v:1x4x1x16", "--trt-opt-shapes", "sim:2x4x8x8,v:1x4x8x16",
           "--trt-max-shapes", "sim:4x4x64x64,v:1x4x64x16"]
@@ -50,8 +54,43 @@ def test_command_lines():
                                              "--optShapes=x:4x3x64x64", "--maxShapes=x:8x3x128x128", "--fp16"]
     assert shlex.split(lines["polygraphy"]) == ["polygraphy", "run", "m.onnx", "--trt", "--onnxrt", "--save-engine", "m.engine",
                                                 "--trt-min-shapes", "x:[1,3,32,32]", "--trt-opt-shapes", "x:[4,3,64,64]",
-                                                "--trt-max-shapes", "x:[8,3,128,128]", "--fp16"]
+                                                "--trt-max-shapes", "x:[8,3,128,128]", "--input-shapes", "x:[4,3,64,64]", "--fp16"]
     assert "Shapes" not in engine.command_lines("m.onnx", "m.engine")["trtexec"]
+    compared = engine.command_lines("m.onnx", "m.engine", shapes, reference=("r.inputs.json", "r.outputs.json"))
+    assert shlex.split(compared["polygraphy"])[3:5] == ["--trt", "--save-engine"]
+    assert compared["polygraphy"].endswith("--load-inputs r.inputs.json --load-outputs r.outputs.json --atol 0.001 --rtol 0.001")
+
+
+def test_covering_profile_holds_every_verified_set():
+    sets = [{"a": [2, 3], "b": [1, 8]}, {"a": [4, 3], "b": [1, 2]}]
+    assert engine.covering_profile(sets, ["a", "b"]) == {"a": ((2, 3), (2, 3), (4, 3)), "b": ((1, 2), (1, 8), (1, 8))}
+    assert engine.covering_profile(sets, ["a"]) == {"a": ((2, 3), (2, 3), (4, 3))}
+
+
+def _printed(capsys) -> dict[str, list[str]]:
+    return {tool: shlex.split(line) for tool, line in (ln.split(": ", 1) for ln in capsys.readouterr().out.splitlines()
+                                                       if ln.startswith(("trtexec: ", "polygraphy: ")))}
+
+
+@pytest.mark.parametrize("fixture,report", [
+    ("shared_dims.onnx", True), ("superpoint_cells.onnx", True), ("superpoint_cells.onnx", False)])
+def test_printed_polygraphy_line_runs_as_printed(fixture, report, tmp_path, monkeypatch, capsys):
+    """Dynamic model: the printed lines carry a profile holding the verified shapes, and with a
+    JSON report the graphfix side files; the polygraphy line runs as printed, onnxruntime standing
+    in for TensorRT (CI has no GPU)."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(ROOT / "fixtures" / "dynamic_shapes" / fixture, "in.onnx")
+    assert main(["in.onnx", "fixed.onnx", "--trt", "8.6", *(["--report", "r.json"] if report else [])]) == 0
+    printed = _printed(capsys)
+    assert {"--minShapes", "--optShapes", "--maxShapes"} <= {a.split("=")[0] for a in printed["trtexec"]}
+    poly = printed["polygraphy"]
+    assert {"--trt-min-shapes", "--trt-opt-shapes", "--trt-max-shapes"} <= set(poly)
+    assert (poly[poly.index("--load-inputs") + 1] == "r.inputs.json") if report else "--input-shapes" in poly
+    proc = subprocess.run(["--onnxrt" if a == "--trt" else a for a in poly], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "PASSED" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    if report:  # it compared with graphfix's results, on each verified shape set
+        assert "vs. graphfix-original" in proc.stdout
+        assert f"Passed: {len(json.loads(Path('r.json').read_text())['shapes']['shapes'])}/" in proc.stdout
 
 
 @pytest.mark.parametrize("lo,opt,hi,msg", [

@@ -3,6 +3,8 @@ node-level rollback, IR/opset limits asked of onnxruntime."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -11,10 +13,12 @@ import graphfix
 from fixtures.make_fixtures import all_fixtures, path_of
 from fixtures.recipes import fold_clip
 from fixtures.recipes._onnx import FLOAT, const, inp, model, node, out
+from graphfix import verify
 from graphfix.graph import replace_tensor
 from graphfix.passes import Pass
 from graphfix.passes.base import LIMIT, Rule
 
+DEMO = Path(__file__).resolve().parent.parent / "fixtures" / "demo" / "superglue_matcher.onnx"
 DYNAMIC = [(g, fx) for g, fx in all_fixtures() if g == "dynamic_shapes"] + [
     (g, fx) for g, fx in all_fixtures() if fx.name == "reflection_pad2d"]
 
@@ -107,3 +111,62 @@ def test_markdown_report_has_diagrams(tmp_path):
     result.save_report(tmp_path / "r.md")
     text = (tmp_path / "r.md").read_text()
     assert "```mermaid" in text and "flowchart LR" in text
+
+
+def test_a_model_only_default_onnxruntime_settings_run_is_verified_with_them(monkeypatch):
+    """Verification's tuned sessions (no optimizations, no memory pattern) must never refuse a model
+    a default onnxruntime session runs: here the tuned settings are made to fail, as they do on a
+    legacy scatter_reduce If whose branch declares [24] while computing [3,8]."""
+    from graphfix import external
+
+    real = external.session
+
+    def tuned_fails(model, base_dir, tuned=True):
+        if tuned:
+            raise RuntimeError("The output OrtValue provided for output 'y' has shape {24} but the computed output shape is {3,8}")
+        return real(model, base_dir, tuned)
+
+    monkeypatch.setattr(external, "session", tuned_fails)
+    result = graphfix.fix(str(DEMO), "all")
+    assert any(r.verdict == "kept" for r in result.report.passes)
+    assert verify.DEFAULT_SETTINGS_NOTE in result.report.notes
+    assert result.report.sessions == 3  # the tuned attempt that failed, then probe and final with defaults
+
+
+def _amplifier(scale: float) -> onnx.ModelProto:
+    """y = x * 37.3 (the rewritten node), then y @ W1 + y @ W2 with W2 = -W1 + 1e-3 noise: the
+    outputs are a thousand times smaller than what they cancel, so one ulp of y shows at 1e-4."""
+    rng = np.random.default_rng(0)
+    w1 = (rng.standard_normal((64, 64)) * 10).astype(np.float32)
+    w2 = (-w1 + rng.standard_normal((64, 64)) * 1e-3).astype(np.float32)
+    return model([const("c", scale, np.float32), node("Mul", ["x", "c"], ["y"], name="/Mul"),
+                  const("w1", w1, np.float32), const("w2", w2, np.float32),
+                  node("MatMul", ["y", "w1"], ["z1"]), node("MatMul", ["y", "w2"], ["z2"]), node("Add", ["z1", "z2"], ["out"])],
+                 [inp("x", FLOAT, [8, 64])], [out("out", FLOAT, [8, 64])])
+
+
+def _mul_as_div(factor: float, c: float = 37.3):
+    def rewrite(node, ctx):
+        """x * c -> x / (1 / c): the same value to an ulp when factor is 1, wrong otherwise."""
+        replace_tensor(ctx.graph, node.outputs[0], ctx.builder.op("Div", [node.inputs[0], np.array(1 / (c * factor), np.float32)]))
+    return rewrite
+
+
+def test_exact_rewrite_on_an_amplifying_model_is_kept_within_its_noise_floor():
+    """A fixed 1e-5 rolled back exact rewrites of deep models (RAFT): end to end, the fixed model is
+    compared with the original's own noise floor; given --atol/--rtol are used exactly."""
+    exact = _test_pass("mul-as-div", {"Mul"}, _mul_as_div(1.0))
+    strict = graphfix.fix(_amplifier(37.3), passes=[exact], atol=1e-5, rtol=1e-5)
+    assert strict.report.passes[0].verdict == "rolled-back"  # beyond 1e-5 end to end: really amplified
+    result = graphfix.fix(_amplifier(37.3), passes=[exact])
+    assert result.report.passes[0].verdict == "kept", result.report.passes[0].reason
+    floor, final = result.report.noise_floor["out"], result.report.final["out"]
+    assert final["passed"] and final["noise_floor"] == floor
+    assert 1e-5 < final["max_abs"] <= verify.NOISE_MULTIPLE * floor
+    assert "noise floor" in graphfix.report.table(result.report)
+
+
+def test_wrong_rewrite_is_rolled_back_whatever_the_noise_floor():
+    wrong = _test_pass("mul-as-div", {"Mul"}, _mul_as_div(1.001))
+    result = graphfix.fix(_amplifier(37.3), passes=[wrong])
+    assert result.report.passes[0].verdict == "rolled-back"

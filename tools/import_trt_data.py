@@ -49,6 +49,21 @@ def compact_support(src: dict) -> dict:
     }
 
 
+#: The corpus's pointers to its own files, in words a graphfix user can follow.
+FOR_USERS = {"Look the op up in the version matrix (CORPUS.md)":
+             "Look the op up with 'graphfix check MODEL --trt VERSION' (graphfix's per-release operator table)"}
+
+
+def for_users(errors: list[dict]) -> list[dict]:
+    """Entries whose texts point at corpus files a user does not have, pointing at graphfix instead."""
+    def fix(text: str) -> str:
+        for corpus, ours in FOR_USERS.items():
+            text = text.replace(corpus, ours)
+        return text
+
+    return [{k: fix(v) if isinstance(v, str) else v for k, v in e.items()} for e in errors]
+
+
 def main(argv: list[str]) -> int:
     shared = Path(argv[0]) if argv else ROOT.parent / "shared" / "trt"
     support = json.loads((shared / "parser_support.json").read_text())
@@ -59,7 +74,7 @@ def main(argv: list[str]) -> int:
         "source": ("Copied by tools/import_trt_data.py from the graphfix research corpus trt/errors.json: real TensorRT "
                    "parser/builder messages (onnx-tensorrt release branches 5.1 ... 10.1-GA and public issue threads), "
                    "each with a Python regex, version window, ONNX pattern, fix and sources; gathered 2026-11."),
-        "errors": errors,
+        "errors": for_users(errors),
     }, indent=1) + "\n")
     print(f"wrote {OUT / 'parser_support.json'} and {OUT / 'errors.json'}")
     return 0

@@ -14,7 +14,7 @@ from graphfix.errors import GraphfixError
 from graphfix.graph import Builder, Folder, to_graph
 from graphfix.model_io import first_line, load_model
 from graphfix.passes.base import Context
-from graphfix.trt.errors import ErrorMatch, match_log
+from graphfix.trt.errors import GENERIC, ErrorMatch, match_log
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,18 +26,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     text = _read(args.log)
     matches = match_log(text)
-    located = locate(load_model(args.model), matches) if args.model else {}
+    model = load_model(args.model) if args.model else None
+    elsewhere = [m for m in matches if m.id in GENERIC and not _in_model(model, m)] if model is not None else []
+    matches = [m for m in matches if m not in elsewhere]
+    located = locate(model, matches) if model is not None else {}
     if args.json:
         print(json.dumps([{**m.as_dict(), "model": located.get(id(m))} for m in matches], indent=2))
         return 0 if matches else 1
     if not matches:
-        print(f"{args.log}: no known TensorRT error found (graphfix knows the messages in graphfix/trt/data/errors.json)")
+        if elsewhere:
+            ops = ", ".join(dict.fromkeys(m.op for m in elsewhere))
+            print(f"{args.log}: the log's plugin errors name {ops}, which {args.model} does not have (a log of another model?)")
+        else:
+            print(f"{args.log}: no known TensorRT error found (graphfix knows the messages in graphfix/trt/data/errors.json)")
         return 1
     for k, m in enumerate(matches):
         head = "error" if k == 0 else "also"
-        where = f"node {m.node} ({m.op})" if m.node else f"op {m.op}"
+        where = f"node {m.node} ({m.op})" if m.node else f"op {m.op}" + (f" writing {m.output!r}" if m.output else "")
         print(f"{head}: {m.id}: {where}")
-        print(f"  log:   {m.line[:200]}")
+        print(f"  log:   {m.line}")
         print(f"  cause: {m.cause}")
         print(f"  fix:   {('graphfix IN OUT --passes ' + m.fix_pass) if m.fix_pass else m.fix}")
         if id(m) in located:
@@ -95,14 +102,23 @@ def _read_bytes(path: str, limit: int) -> bytes:
         return b"".join(chunks)
 
 
+def _in_model(model: onnx.ModelProto, m: ErrorMatch) -> bool:
+    """Whether the op (or node) a generic plugin error names is in the model: a catch-all
+    explanation of an op the model lacks explains someone else's log."""
+    return any(n.op_type == m.op or (m.node and n.name == m.node) for n in model.graph.node)
+
+
 def locate(model: onnx.ModelProto, matches: list[ErrorMatch]) -> dict[int, str]:
-    """Per match: where the node is in the model and whether the fixing pass sees its pattern there."""
+    """Per match: where the node is in the model (by name, else by the output TensorRT 8.x names,
+    else by op) and whether the fixing pass sees its pattern there."""
     graph = to_graph(model)
     ctx = Context(graph, Builder(graph), Folder(graph))
     by_name = {n.name: n for n in graph.nodes}
+    by_output = {t.name: n for n in graph.nodes for t in n.outputs}
     found: dict[int, str] = {}
     for m in matches:
-        candidates = [by_name[m.node]] if m.node in by_name else [n for n in graph.nodes if n.op == m.op]
+        exact = by_name.get(m.node) if m.node else by_output.get(m.output) if m.output else None
+        candidates = [exact] if exact is not None else [n for n in graph.nodes if n.op == m.op]
         if not candidates:
             found[id(m)] = f"no node named {m.node!r} or of op {m.op} in the model" if m.node else f"no {m.op} node in the model"
             continue

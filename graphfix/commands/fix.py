@@ -10,11 +10,32 @@ from graphfix import atomic, options, paths
 from graphfix import report as report_mod
 from graphfix.api import FixResult, fix, write_report_files
 from graphfix.errors import GraphfixError
-from graphfix.model_io import first_line, save_model
+from graphfix.model_io import Assembled, first_line, save_model
+from graphfix.report import ERROR, ROLLED_BACK
 from graphfix.trt import engine as trt_engine
 from graphfix.trt import support as trt_support
-from graphfix.trt.engine import command_lines, parse_profile_shapes
+from graphfix.trt.engine import command_lines, covering_profile, parse_profile_shapes
 from graphfix.verify import parse_input_shapes, parse_shape_sets, parse_val_ranges
+
+
+def _shape_item(text: str) -> str:
+    """One ``name:dims`` value, checked as argparse reads it: a path swallowed by a multi-value
+    ``--input-shapes`` gets told where the paths go."""
+    try:
+        parse_input_shapes([text])
+    except GraphfixError as exc:
+        hint = " (give IN and OUT before the shape options)" if text.endswith(".onnx") else ""
+        raise argparse.ArgumentTypeError(f"{exc}{hint}") from None
+    return text
+
+
+class _Shapes(argparse.Action):
+    """Shapes in trtexec's form (``a:1x16,b:1x16``) or polygraphy's (``a:[1,16] b:[1,16]``); each
+    occurrence is kept as one comma-joined item, since an occurrence that names an input again
+    starts another shape set."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ARG002 - argparse's signature
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), ",".join(values)])
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,18 +50,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--no-verify", action="store_true", help="skip onnxruntime verification (passes are then kept unverified)")
     v.add_argument("--verify-each", action="store_true", help="check pass by pass (one session per changed pass; for debugging)")
     v.add_argument("--strict", action="store_true", help="exit 1 (writing nothing) instead of rolling back a pass")
-    v.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
-    v.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
+    v.add_argument("--atol", type=float, help="absolute tolerance, exactly (default: 1e-5 widened to each region's "
+                   "rounding and, end to end, to the model's own noise floor)")
+    v.add_argument("--rtol", type=float, help="relative tolerance, exactly (default: as --atol)")
     v.add_argument("--seed", type=int, default=1, help="seed for the random inputs (default 1)")
     v.add_argument("--iterations", type=int, default=1, help="how many random input sets (default 1)")
-    v.add_argument("--input-shapes", action="append", metavar="NAME:1x3x224x224", help="shapes for dynamic inputs (trtexec syntax); repeat to verify at several shapes (default: found by trying)")
+    v.add_argument("--input-shapes", action=_Shapes, nargs="+", type=_shape_item, metavar="NAME:1x3x224x224",
+                   help="shapes for dynamic inputs (trtexec a:1x16,b:1x16 or polygraphy a:[1,16] b:[1,16]); "
+                        "repeat to verify at several shapes (default: found by trying)")
     v.add_argument("--val-range", action="append", metavar="NAME:[LO,HI]", help="value range of an input (e.g. indices)")
     v.add_argument("--load-inputs", metavar="FILE", help="inputs from .npz or polygraphy JSON (polygraphy run --save-inputs)")
     t = p.add_argument_group("TensorRT engine (needs graphfix[trt] and a GPU)")
     t.add_argument("--build", metavar="ENGINE", help="build the fixed model with polygraphy and compare TensorRT with onnxruntime")
-    t.add_argument("--trt-min-shapes", action="append", metavar="NAME:1x3x224x224", help="optimization profile minimum (trtexec syntax)")
-    t.add_argument("--trt-opt-shapes", action="append", metavar="NAME:1x3x224x224", help="optimization profile optimum")
-    t.add_argument("--trt-max-shapes", action="append", metavar="NAME:1x3x224x224", help="optimization profile maximum")
+    for which in ("min", "opt", "max"):
+        t.add_argument(f"--trt-{which}-shapes", action=_Shapes, nargs="+", type=_shape_item, metavar="NAME:1x3x224x224",
+                       help=f"optimization profile {which}imum (trtexec or polygraphy syntax, as --input-shapes)")
     t.add_argument("--fp16", action="store_true", help="build with FP16 enabled")
     p.add_argument("--external-data", metavar="NAME",
                    help="write the weights to this file beside the output (default for models with external data or "
@@ -100,9 +124,12 @@ def run(args: argparse.Namespace) -> int:
         if status is not None:
             status.close()
     result.report.output = args.output
-    if args.build or args.trt:
+    if args.build or (args.trt and not result.report.blocking_left):  # no build line for a model it rejects
         engine_path = args.build or str(Path(args.output).with_suffix(".engine"))
-        result.report.engine = {"commands": command_lines(args.output, engine_path, profile, args.fp16)}
+        profile = profile or _verified_profile(result, args)  # the engine built is the one printed
+        result.report.engine = {"commands": command_lines(args.output, engine_path, profile, args.fp16,
+                                                          _reference_files(result, args))}
+    atomic.reraise_swallowed_signal()
     with atomic.Transaction(lock=plan.write_paths()) as tx:
         save_model(result.outcome.fixed, args.output, result.outcome.base_dir, args.external_data)
         if args.build:
@@ -110,9 +137,33 @@ def run(args: argparse.Namespace) -> int:
             result.report.engine.update(_build(result, args, profile, tx.reserve(args.build, "engine").temp))
         for path in args.report:
             write_report_files(result, path)
+        atomic.reraise_swallowed_signal()
         atomic.hold_signals()  # from the renames on, the run finishes cleanly
     _finish(result, args)
-    return 0
+    return EXIT_BLOCKED if result.report.blocking_left else 0
+
+
+#: The written model is still rejected by the ``--trt`` target (the summary says why and what to do).
+EXIT_BLOCKED = 4
+
+
+def _verified_profile(result: FixResult, args: argparse.Namespace) -> dict:
+    """For a model with dynamic inputs and no given profile: one that holds every shape set
+    verification ran (or the given --input-shapes without verification), so the printed command
+    lines build an engine for shapes known to run."""
+    graph = Assembled.of(result.outcome.fixed).stub.graph
+    dynamic = [vi.name for vi in graph.input if any(not d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)]
+    sets = result.report.shapes.get("shapes") or parse_shape_sets(args.input_shapes)
+    return covering_profile([{k: list(v) for k, v in s.items()} for s in sets], dynamic) if dynamic else {}
+
+
+def _reference_files(result: FixResult, args: argparse.Namespace) -> tuple[str, str] | None:
+    """The polygraphy inputs/outputs files of the first JSON report, when one is written."""
+    json_reports = [r for r in args.report if paths.sidecars(r)]
+    if not json_reports or result.outcome.baseline is None:
+        return None
+    inputs, outputs = paths.sidecars(json_reports[0])
+    return str(inputs), str(outputs)
 
 
 def _build(result: FixResult, args: argparse.Namespace, profile, temp: Path) -> dict:
@@ -122,7 +173,7 @@ def _build(result: FixResult, args: argparse.Namespace, profile, temp: Path) -> 
     shapes = result.report.shapes.get("shapes") or [{}]
     feeds = outcome.feeds or verify.make_inputs(result.model, {k: tuple(v) for k, v in shapes[0].items()}, seed=args.seed)
     reference = outcome.final or verify.run(result.model, feeds, "onnxrt")
-    tol = 1e-2 if args.fp16 else 1e-3
+    tol = trt_engine.engine_tolerance(args.fp16)
     try:
         built = trt_engine.build_and_compare(args.output, str(temp), feeds, reference, profile, args.fp16, atol=tol, rtol=tol)
     except GraphfixError:
@@ -143,6 +194,28 @@ def _finish(result: FixResult, args: argparse.Namespace) -> None:
         discard_stdout()
 
 
+def blocked_summary(report: report_mod.Report) -> list[str]:
+    """Why TensorRT will still reject the written model, and what the user can do (exit 4)."""
+    left = report.blocking_left
+    if not left:
+        return []
+    lines = [f"graphfix: TensorRT {report.trt['after']['version_used']} will still reject {report.output}: "
+             f"{len(left)} blocking finding(s) left (exit 4)"]
+    for rec in report.passes:
+        if rec.verdict in (ROLLED_BACK, ERROR) or rec.rolled_back_nodes:
+            lines.append(f"  pass {rec.name}: {rec.reason}")
+    shapes = report.shapes or {}
+    differed = any("outputs differ" in rec.reason for rec in report.passes)
+    if differed and any(shapes.get("shapes") or [{}]) and "given" not in shapes.get("reason", ""):
+        used = " and ".join(",".join(f"{k}:{'x'.join(map(str, v))}" for k, v in s.items()) for s in shapes["shapes"])
+        lines.append(f"  verified at {used} ({shapes.get('reason', '')}): if these are not shapes the model is "
+                     "meant for, give real ones with --input-shapes NAME:1x3x224x224 (and --val-range for indices)")
+    without = [f for f in left if not f.get("fix_pass")]
+    if without:
+        lines.append(f"  {len(without)} finding(s) have no graphfix rewrite: each line above says what to change upstream")
+    return lines
+
+
 def _print(result: FixResult, args: argparse.Namespace) -> None:
     if not args.quiet:
         print(report_mod.table(result.report))
@@ -158,3 +231,5 @@ def _print(result: FixResult, args: argparse.Namespace) -> None:
         if "passed" in engine:
             print(f"TensorRT vs onnxruntime: {'match' if engine['passed'] else 'MISMATCH'} (max abs {engine['max_abs']:.3g}), engine {engine['engine']}")
         print(f"wrote {args.output}", file=sys.stderr)
+    for line in blocked_summary(result.report):  # with --quiet too: the exit code needs its reason
+        print(line, file=sys.stderr)

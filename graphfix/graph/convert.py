@@ -30,6 +30,8 @@ def _prune_and_sort(g: gs.Graph) -> None:
     cleanup + toposort took most of an export's time on big graphs."""
     live = live_nodes(g)
     nodes = [n for n in g.nodes if id(n) in live]
+    if len(nodes) != len(g.nodes):  # remembered: undoing a rewrite revives the node it replaced
+        g.__dict__.setdefault("gf_pruned", {}).update((id(n), n) for n in g.nodes if id(n) not in live)
     if _in_order(nodes):  # what the sort below would return (it keeps an order that holds)
         g.nodes = nodes
         return

@@ -63,7 +63,25 @@ class Edit:
             node.outputs.extend(outputs)
         node.attrs.clear()
         node.attrs.update(attrs)
+        _revive(self.graph, [node, *(producer for _, producer, _ in self.replaced)])
         self.undone = True
+
+
+def _revive(graph: gs.Graph, restored: list[gs.Node]) -> None:
+    """Put back the restored nodes and what they read that an export dropped as dead meanwhile (a
+    folded Constant, the node a rewrite replaced): the next export sorts them back into place."""
+    pruned = graph.__dict__.get("gf_pruned")
+    if not pruned:
+        return
+    for node in restored:
+        if pruned.pop(id(node), None) is not None:
+            graph.nodes.append(node)
+    stack = [p for node in restored for t in node.inputs for p in t.inputs]
+    while stack:
+        n = stack.pop()
+        if pruned.pop(id(n), None) is not None:  # else still in the graph
+            graph.nodes.append(n)
+            stack.extend(p for t in n.inputs for p in t.inputs)
 
 
 def live_nodes(graph: gs.Graph) -> set[int]:

@@ -5,6 +5,7 @@ Adding a pass is adding a module; the pipeline order is each pass's ``order``.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import pkgutil
 from functools import cache
@@ -36,7 +37,11 @@ def get(name: str) -> Pass:
     for p in all_passes():
         if p.name == name:
             return p
-    raise GraphfixError(f"unknown pass {name!r}; valid passes: {', '.join(p.name for p in all_passes())}")
+    names = [p.name for p in all_passes()]
+    spelled = name.strip().lower().replace("_", "-")  # a module name or a shouting shell script
+    close = [spelled] if spelled in names else difflib.get_close_matches(spelled, names, n=2, cutoff=0.6)
+    hint = f"did you mean {' or '.join(map(repr, close))}?" if close else f"'graphfix passes' lists the {len(names)} passes"
+    raise GraphfixError(f"unknown pass {name!r}; {hint}")
 
 
 def select(passes: str | list[str] | tuple[str, ...] = "all", skip: list[str] | tuple[str, ...] = ()) -> list[Pass]:

@@ -124,6 +124,20 @@ def check_graph(graph: gs.Graph, trt: str, opset: int, weight_types: set[int]) -
     return CheckReport(trt, release.key, release.note, opset, findings)
 
 
+def check_nodes(root: gs.Graph, nodes: list[tuple[gs.Graph, gs.Node]], trt: str) -> list[CheckFinding]:
+    """The findings of ``check`` for these nodes alone (each with the graph it is in): what the
+    nodes a pass added would make the target reject, at the cost of those nodes only."""
+    release = support.resolve(trt)
+    folder = Folder(root)
+    origins = ValueOrigins(folder)
+    ctx = Context(root, Builder(root, "check"), folder, release.version)
+    findings: list[CheckFinding] = []
+    for g, node in nodes:
+        ctx.graph = g
+        findings.extend(_node_findings(node, release, ctx, origins))
+    return findings
+
+
 def passes_for(report: CheckReport) -> list[str]:
     """The passes ``--passes auto`` runs: those that fix a blocking finding of this report."""
     names = {f.fix_pass for f in report.findings if f.fix_pass and f.severity == BLOCKING}

@@ -47,19 +47,46 @@ def _dims(shape: tuple[int, ...]) -> str:
     return "x".join(map(str, shape))
 
 
-def command_lines(onnx_path: str, engine_path: str, shapes: ProfileShapes | None = None, fp16: bool = False) -> dict[str, str]:
-    """The ``trtexec`` and ``polygraphy run`` commands that build (and compare) the same engine."""
+def engine_tolerance(fp16: bool) -> float:
+    """atol = rtol for TensorRT against onnxruntime: kernels and TF32 differ from onnxruntime's
+    CPU results by more than graphfix's own 1e-5 between two onnxruntime runs."""
+    return 1e-2 if fp16 else 1e-3
+
+
+def covering_profile(shape_sets: list[dict[str, list[int]]], names: list[str]) -> ProfileShapes:
+    """The profile of the named (dynamic) inputs that holds every verified shape set: per dim the
+    least and the greatest size, opt the first set's (the shapes graphfix found to run)."""
+    profile: ProfileShapes = {}
+    for name in names:
+        shapes = [tuple(int(d) for d in s[name]) for s in shape_sets if name in s]
+        if shapes and len({len(x) for x in shapes}) == 1:
+            profile[name] = (tuple(map(min, zip(*shapes, strict=True))), shapes[0], tuple(map(max, zip(*shapes, strict=True))))
+    return profile
+
+
+def command_lines(onnx_path: str, engine_path: str, shapes: ProfileShapes | None = None, fp16: bool = False,
+                  reference: tuple[str, str] | None = None) -> dict[str, str]:
+    """The ``trtexec`` and ``polygraphy run`` commands that build (and compare) the same engine.
+
+    ``reference``: graphfix's polygraphy files (inputs, outputs): the polygraphy line then runs
+    TensorRT on those inputs and compares with graphfix's onnxruntime results, on a GPU box with no
+    onnxruntime of its own. Without them it compares with onnxruntime there, on random inputs of
+    the opt shapes (polygraphy would otherwise make every dynamic dim 1)."""
     shapes = shapes or {}
     trtexec = ["trtexec", f"--onnx={onnx_path}", f"--saveEngine={engine_path}"]
-    poly = ["polygraphy", "run", onnx_path, "--trt", "--onnxrt", "--save-engine", engine_path]
+    poly = ["polygraphy", "run", onnx_path, "--trt", *([] if reference else ["--onnxrt"]), "--save-engine", engine_path]
     if shapes:
         for flag, k in (("--minShapes", 0), ("--optShapes", 1), ("--maxShapes", 2)):
             trtexec.append(f"{flag}=" + ",".join(f"{n}:{_dims(s[k])}" for n, s in shapes.items()))
-        for flag, k in (("--trt-min-shapes", 0), ("--trt-opt-shapes", 1), ("--trt-max-shapes", 2)):
+        flags = [("--trt-min-shapes", 0), ("--trt-opt-shapes", 1), ("--trt-max-shapes", 2)]
+        for flag, k in flags + ([] if reference else [("--input-shapes", 1)]):
             poly += [flag, *(f"{n}:[{','.join(map(str, s[k]))}]" for n, s in shapes.items())]
     if fp16:
         trtexec.append("--fp16")
         poly.append("--fp16")
+    if reference:
+        tol = str(engine_tolerance(fp16))
+        poly += ["--load-inputs", reference[0], "--load-outputs", reference[1], "--atol", tol, "--rtol", tol]
     return {"trtexec": shlex.join(trtexec), "polygraphy": shlex.join(poly)}
 
 

@@ -31,6 +31,16 @@ _NODE_PATTERNS = [
 ]
 
 
+#: TensorRT 8.x prints the node it failed on before the error: 'While parsing node number 14
+#: [Pad -> "onnx::Pad_39"]:', then the NodeProto between Begin/End node lines (its ``name:``).
+_PARSING = re.compile(r'While parsing node number (?P<number>\d+) \[(?P<op>\w+) -> "(?P<output>[^"]*)"\]:')
+_PROTO_NAME = re.compile(r'^name: "(?P<node>[^"]*)"\s*$')
+#: What precedes a message on a log line: timestamps, severity tags, "[TRT]".
+_PREFIX = re.compile(r"^(?:\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]|\d{4}-\d\d-\d\d[ T][\d:.,]+|\[[EWIVF]\]|\[TRT\]|&&&&)\s*")
+#: Quoted log text longer than this is shortened at a sentence end.
+QUOTE_CHARS = 500
+
+
 @dataclass
 class ErrorMatch:
     id: str
@@ -39,8 +49,11 @@ class ErrorMatch:
     cause: str
     fix: str
     fix_pass: str | None
+    #: the TensorRT message, without the log's timestamps and tags
     line: str
     rank: int
+    #: the failing node's first output, from TensorRT 8.x's 'While parsing node number' block
+    output: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,6 +79,58 @@ def _line_at(text: str, start: int, end: int) -> str:
     return text[lo : hi if hi >= 0 else len(text)].strip()
 
 
+def _bare(line: str) -> str:
+    """A log line without the timestamps and tags before its message (they are the log's, not
+    TensorRT's words, and differ between every paste)."""
+    line = line.strip()
+    while (m := _PREFIX.match(line)) and m.end():
+        line = line[m.end():]
+    return line
+
+
+def quote(text: str, start: int, end: int) -> str:
+    """The matched message as TensorRT wrote it: its line without timestamps, joined with the
+    next line when it only introduces one ("In function importPad:" then "[8] Assertion failed:
+    ..."), shortened only at a sentence end."""
+    hi = text.find("\n", end)
+    said = " ".join(filter(None, map(_bare, _line_at(text, start, end).splitlines())))
+    rest = text[hi + 1:hi + 1 + QUOTE_CHARS].splitlines() if hi >= 0 else []
+    while said.endswith(":") and rest:
+        following = _bare(rest.pop(0))
+        if following:
+            said = f"{said} {following}"
+    if len(said) <= QUOTE_CHARS:
+        return said
+    cut = max(said.rfind(stop, 0, QUOTE_CHARS) for stop in (". ", "! ", "? ", "; "))
+    return said[:cut + 1] + " …" if cut > 0 else said[:said.rfind(" ", 0, QUOTE_CHARS)] + " …"
+
+
+@dataclass
+class _Parsing:
+    start: int
+    op: str
+    output: str
+    node: str | None
+
+
+def _parsing_blocks(text: str) -> list[_Parsing]:
+    """TensorRT 8.x's 'While parsing node number N [Op -> "out"]:' blocks, each with the node
+    name from the NodeProto dump under it (the top-level ``name:`` line, before ``op_type:``;
+    attributes' names come after it)."""
+    blocks = []
+    for m in _PARSING.finditer(text):
+        node = None
+        for line in text[m.end():m.end() + 20_000].splitlines()[1:]:
+            line = _bare(line)
+            if line.startswith(("op_type:", "--- End node")) or "While parsing node number" in line:
+                break
+            if named := _PROTO_NAME.match(re.sub(r"^\S+\.(?:cpp|hpp):\d+:\s*", "", line)):
+                node = named.group("node") or None
+                break
+        blocks.append(_Parsing(m.start(), m.group("op"), m.group("output"), node))
+    return blocks
+
+
 def _node_near(text: str, start: int) -> tuple[str | None, str | None]:
     """The node (and op) named on the match's line or the few lines before it."""
     window = text[max(0, text.rfind("\n", 0, max(0, start - 400)) + 1) : text.find("\n", start) if text.find("\n", start) >= 0 else len(text)]
@@ -84,6 +149,7 @@ def _first_sentence(text: str) -> str:
 def match_log(text: str) -> list[ErrorMatch]:
     """Every corpus entry the log matches, best explanation first."""
     plugin_missing = bool(_PLUGIN_MISSING.search(text))
+    blocks = _parsing_blocks(text)
     found: list[tuple[int, int, ErrorMatch]] = []
     for entry, regex in _compiled():
         m = regex.search(text)
@@ -94,12 +160,15 @@ def match_log(text: str) -> list[ErrorMatch]:
             continue  # an INFO line; the plugin may well have been found
         groups = {k: v for k, v in m.groupdict().items() if v}
         node, op = _node_near(text, m.start())
+        block = next((b for b in reversed(blocks) if b.start < m.start()), None)
+        if block is not None:  # the node TensorRT was parsing when it failed
+            node, op = block.node or node, block.op
         rank = 2 if entry["id"] in NOISE else 1 if entry["id"] in GENERIC else 0
         logged_op = groups.get("op") or groups.get("op2")  # the op the message itself names
         found.append((rank, m.start(), ErrorMatch(
             id=entry["id"], op=logged_op or op or entry["onnx_op"], node=node,
             cause=_first_sentence(entry["pattern"]), fix=entry["fix"], fix_pass=_fixing_pass(entry["id"], logged_op),
-            line=line, rank=rank,
+            line=quote(text, m.start(), m.end()), rank=rank, output=block.output if block else None,
         )))
     found.sort(key=lambda item: (item[0], item[1]))
     best = found[0][0] if found else 0
