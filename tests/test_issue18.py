@@ -64,7 +64,7 @@ def test_2_pad_with_short_pads_is_a_finding_not_a_crash(tmp_path, capfd):
     assert "Pad" in text
     rc, _, err = run([src, tmp_path / "out.onnx", "--trt", "7.2", "--no-verify", "--quiet",
                       "--report", tmp_path / "r.json"], capfd)
-    assert rc == 0, err
+    assert rc == 4 and "Traceback" not in err, err  # written; TensorRT 7.2 still rejects the Pad it could not rewrite
 
 
     report = json.loads((tmp_path / "r.json").read_text())
