@@ -109,6 +109,8 @@ def fix(
     output: str | os.PathLike | None = None,
     progress=None,
     profile_shapes: Sequence[dict[str, Sequence[int]]] = (),
+    fix_shapes: dict[str, Sequence[int]] | None = None,
+    simplify: bool = False,
 ) -> FixResult:
     """Run the pass pipeline on a model (path or ModelProto), verifying each pass on onnxruntime.
 
@@ -120,6 +122,9 @@ def fix(
     ``input_shapes``: one dict of shapes, or several (each is verified); without it the
     verification shapes are found by trying. ``output`` writes the fixed model atomically.
     ``inputs``: feeds (one dict per iteration) or a ``.npz``/polygraphy JSON file of them.
+    ``fix_shapes``: input dims to freeze in the written model (the shape arithmetic that then
+    folds is folded; verified against the original at those shapes). ``simplify``: onnxsim first
+    (``graphfix[simplify]``), verified and rolled back like a pass.
     Bad settings, paths or inputs raise GraphfixError before any work.
     """
     options.check_settings(passes=passes, iterations=iterations, seed=seed, atol=atol, rtol=rtol, val_range=val_range)
@@ -136,6 +141,7 @@ def fix(
         force=tuple(force), verify=verify, verify_each=verify_each, strict=strict, atol=atol, rtol=rtol, seed=seed,
         iterations=iterations, input_shapes=_shape_sets(input_shapes),
         profile_shapes=_shape_sets(list(profile_shapes)), val_range=dict(val_range or {}), feeds=inputs,
+        fix_shapes={k: tuple(int(d) for d in v) for k, v in (fix_shapes or {}).items()}, simplify=simplify,
         base_dir=None if source is None else str(Path(source).resolve().parent),
     )
     outcome = pipeline.run(model, settings, source, None if output is None else str(output), progress)

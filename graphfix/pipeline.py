@@ -27,10 +27,10 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from graphfix import discrete, verify
 from graphfix import passes as registry
 from graphfix import regions as regions_mod
 from graphfix import shapes as shapes_mod
-from graphfix import verify
 from graphfix.errors import GraphfixError
 from graphfix.graph import Builder, Folder, to_graph, to_model
 from graphfix.graph.convert import all_graphs, to_parts
@@ -73,6 +73,10 @@ class Settings:
     input_shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
     #: the TensorRT profile's min/opt/max shapes: verified too where onnxruntime runs them
     profile_shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
+    #: --fix-shapes: input dims frozen in the written model, shape arithmetic folded (verified)
+    fix_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: --simplify: onnxsim first, verified and rolled back like a pass (needs graphfix[simplify])
+    simplify: bool = False
     val_range: dict[str, tuple[float, float]] = field(default_factory=dict)
     feeds: list[dict[str, np.ndarray]] | None = None
     #: the folder the model's external-data locations are relative to (None: no external data)
@@ -96,6 +100,7 @@ class Settings:
             "verify_each": self.verify_each, "strict": self.strict, "atol": self.atol, "rtol": self.rtol,
             "seed": self.seed, "iterations": self.iterations,
             "input_shapes": [{k: list(v) for k, v in s.items()} for s in self.input_shapes],
+            "fix_shapes": {k: list(v) for k, v in self.fix_shapes.items()}, "simplify": self.simplify,
             "val_range": {k: list(v) for k, v in self.val_range.items()},
         }
 
@@ -302,29 +307,42 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     _trt_version(settings.trt)
     for name in settings.force:
         registry.get(name)
-    before = _check(model, settings.trt)  # once: it chooses the passes for auto and opens the summary
-    chosen = choose_passes(model, settings, before)
     report = Report(source, target, settings.public())
     counter = verify.SessionCounter()
     step = progress or (lambda what: None)
+    if settings.fix_shapes:
+        step("fixing input shapes")
+        model = _freeze(model, settings, report, counter)
+    before = _check(model, settings.trt)  # once: it chooses the passes for auto and opens the summary
 
     feeds: list[dict[str, np.ndarray]] = []
     if settings.verify:
         step("choosing verification inputs")
         feeds = _feeds(model, settings, report, source, counter)
+    if settings.simplify:
+        step("simplifying (onnxsim)")
+        simplified = _simplify(model, settings, report, counter, feeds, before)
+        if simplified is not model:
+            model, before = simplified, _check(simplified, settings.trt)
+    chosen = choose_passes(model, settings, before)
 
     step("importing the graph")
     graph = to_graph(model)  # with the collector off
     gc.freeze()  # and it never rescans the imported objects
     try:
         log = EditLog()
+        decided = discrete.find(graph) if settings.verify else ([], {})
+        if decided[1] and len(feeds) < 2 and not settings.feeds:  # near-ties show at more than one input
+            shapes = {k: tuple(v) for k, v in report.shapes["shapes"][0].items()}
+            feeds = feeds + verify.make_inputs(model, shapes, settings.val_range, settings.seed + 1, 1)
         if settings.verify and settings.verify_each:
             return _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step, before)
         _run_passes(graph, chosen, settings, log, report, step)
         baseline = final_results = fixed = None
         if settings.verify:
             step("verifying rewrites on onnxruntime")
-            baseline, final_results, fell_back, fixed = _verify_regions(model, graph, log, settings, report, feeds, counter, source)
+            baseline, final_results, fell_back, fixed = _verify_regions(model, graph, log, settings, report, feeds, counter,
+                                                                        source, decided)
             if fell_back:
                 gc.unfreeze()
                 report.passes.clear()
@@ -350,6 +368,74 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     return outcome
 
 
+def _freeze(model: onnx.ModelProto, settings: Settings, report: Report, counter: verify.SessionCounter) -> onnx.ModelProto:
+    """--fix-shapes as a verified step before the passes: the frozen model against the original
+    at the frozen shapes (two sessions); kept only when they agree, else the original goes on."""
+    from graphfix import fix_shapes
+
+    t0 = time.perf_counter()
+    frozen, gone = fix_shapes.freeze(model, settings.fix_shapes)
+    feeds = settings.feeds or (verify.make_inputs(model, settings.fix_shapes, settings.val_range, settings.seed,
+                                                  settings.iterations) if settings.verify else [])
+    try:
+        return _whole_model_step("fix-shapes", model, frozen, gone or len(settings.fix_shapes), feeds, settings, report, counter, t0)
+    except verify.CannotRun as exc:
+        raise GraphfixError(f"--fix-shapes: onnxruntime cannot run the model at {shapes_mod.describe(settings.fix_shapes)} "
+                            f"({exc})") from exc
+
+
+def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counter: verify.SessionCounter, feeds,
+              before) -> onnx.ModelProto:
+    """--simplify (onnxsim) as a verified step; also rolled back when it writes an op the target
+    (or, without one, the newest release) rejects."""
+    from graphfix import simplify as simplify_mod
+
+    t0 = time.perf_counter()
+    try:
+        simplified = simplify_mod.simplify(model)
+    except simplify_mod.SimplifyFailed as exc:
+        report.passes.append(PassRecord("simplify", ERROR, reason=f"not applied: onnxsim failed ({exc})"))
+        return model
+    from graphfix.trt.check import check_model
+    from graphfix.trt.support import versions
+
+    target = settings.trt or versions()[-1]
+    added = simplify_mod.new_blockers(before if settings.trt else check_model(model, target), check_model(simplified, target))
+    gone = len(model.graph.node) - len(simplified.graph.node)
+    if added:
+        report.passes.append(PassRecord("simplify", ROLLED_BACK, rewritten=max(gone, 1), nodes_before=len(model.graph.node),
+                                        nodes_after=len(model.graph.node), reason=f"rolled back: it writes what TensorRT "
+                                        f"{target} rejects: {'; '.join(added[:3])}"))
+        return model
+    return _whole_model_step("simplify", model, simplified, max(gone, 1), feeds, settings, report, counter, t0)
+
+
+def _whole_model_step(name: str, model: onnx.ModelProto, candidate: onnx.ModelProto, rewritten: int, feeds, settings: Settings,
+                      report: Report, counter: verify.SessionCounter, t0: float) -> onnx.ModelProto:
+    """A step that rewrites the whole model, verified end to end against the model it started
+    from on ``feeds`` (two sessions); the candidate is returned only when they agree."""
+    record = PassRecord(name, UNVERIFIED, matched=1, rewritten=rewritten, nodes_before=len(model.graph.node),
+                        nodes_after=len(candidate.graph.node))
+    report.passes.append(record)
+    if settings.verify:
+        try:
+            original = verify.run(model, feeds, "original", counter, settings.base_dir)
+            results = verify.run(candidate, feeds, name, counter, settings.base_dir)
+        except GraphfixError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
+            raise verify.CannotRun(first_line(exc)) from exc
+        diffs = _end_to_end(model, original, results, settings, feeds, counter, report)
+        record.outputs = {k: d.as_dict() for k, d in diffs.items()}
+        bad = [k for k, d in diffs.items() if not d.passed]
+        record.verdict = ROLLED_BACK if bad else KEPT
+        if bad:
+            record.reason = f"rolled back: the {name} model's outputs differ ({', '.join(bad)})"
+            record.nodes_after = record.nodes_before
+    record.seconds = round(time.perf_counter() - t0, 4)
+    return model if record.verdict == ROLLED_BACK else candidate
+
+
 def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: str | None,
            counter: verify.SessionCounter) -> list[dict[str, np.ndarray]]:
     if settings.feeds:
@@ -357,19 +443,19 @@ def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: s
         return settings.feeds
     session, defaults_tried = None, False
 
-    def attempt(feed: dict) -> None:
+    def attempt(feed: dict) -> list:
         nonlocal session
         if session is None:
             session = verify.session(model, settings.base_dir, counter.tuned)
             report.search_sessions += 1
-        session.run(None, feed)
+        return session.run(None, feed)
 
     def runs(shapes: dict) -> str | None:
         nonlocal session, defaults_tried
         try:
             feed = verify.make_inputs(model, shapes, settings.val_range, settings.seed, 1)[0]
             try:
-                attempt(feed)
+                first = attempt(feed)
             except GraphfixError:
                 raise
             except Exception:  # noqa: BLE001 - once, onnxruntime's defaults (verify.run says why)
@@ -377,15 +463,17 @@ def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: s
                     raise
                 session, counter.tuned, defaults_tried = None, False, True
                 try:
-                    attempt(feed)
+                    first = attempt(feed)
                 except Exception:
                     session, counter.tuned = None, True
                     raise
+            if settings.input_shapes:
+                return None  # the user's shapes: used as given
+            return verify.unusable(first, attempt(feed), [o.name for o in model.graph.output])
         except GraphfixError:
             raise
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
             return first_line(exc)
-        return None
 
     choice = shapes_mod.choose(model, settings.input_shapes, runs, source)
     for extra in settings.profile_shapes:
@@ -408,11 +496,13 @@ def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: s
     return feeds
 
 
-def _verify_regions(model, graph, log, settings, report, feeds, counter, source):
-    """Probe session + end-to-end session. Returns (baseline, final, fell_back, the fixed model)."""
+def _verify_regions(model, graph, log, settings, report, feeds, counter, source, decided=([], {})):
+    """Probe session + end-to-end session. Returns (baseline, final, fell_back, the fixed model).
+    ``decided``: the original's decisions and the outputs depending on them (graphfix.discrete)."""
     originals = regions_mod.original_names(model)
     regs = regions_mod.regions(log.edits, graph, originals)
-    probe = regions_mod.probe_model(model, regs)
+    decisions, depends = decided if decided[1] else ([], {})
+    probe = regions_mod.probe_model(model, regs, discrete.exposed(decisions))
     try:
         probe_results = verify.run(probe, feeds, "graphfix-probe", counter, settings.base_dir)
     except Exception as exc:  # noqa: BLE001
@@ -462,10 +552,13 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source)
         report.notes.append(f"the fixed model is invalid ({invalid}); checking pass by pass")
         return baseline, None, True, None
     try:
-        final = verify.run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
+        final = verify.run(_exposing(fixed, discrete.exposed(decisions)), feeds, "graphfix-fixed", counter, settings.base_dir)
     except Exception as exc:  # noqa: BLE001
         report.notes.append(f"onnxruntime cannot run the fixed model ({first_line(exc)}); checking pass by pass")
         return baseline, None, True, None
+    if decisions:
+        report.discrete = discrete.judge(decisions, depends, verify.iterations(probe_results), verify.iterations(final))
+        final = verify.select_outputs(final, [o.name for o in model.graph.output])
     diffs = _end_to_end(model, baseline, final, settings, feeds, counter, report)
     report.final = {k: d.as_dict() for k, d in diffs.items()}
     if not all(d.passed for d in diffs.values()):
@@ -524,11 +617,25 @@ def _end_to_end(model, baseline, results, settings: Settings, feeds, counter, re
     force, and with the automatic tolerance, where that fails, within NOISE_MULTIPLE times the
     original model's own noise floor (measured once per run, reported as ``noise_floor``)."""
     diffs = verify.compare(baseline, results, *settings.tol)
-    if all(d.passed for d in diffs.values()) or not settings.automatic_tolerance:
-        return diffs
-    if report.noise_floor is None:
-        report.noise_floor = verify.noise_floor(model, feeds, baseline, counter, settings.base_dir)
-    return verify.compare(baseline, results, *settings.tol, report.noise_floor)
+    if not all(d.passed for d in diffs.values()) and settings.automatic_tolerance:
+        if report.noise_floor is None:
+            report.noise_floor = verify.noise_floor(model, feeds, baseline, counter, settings.base_dir)
+        diffs = verify.compare(baseline, results, *settings.tol, report.noise_floor)
+    for name, d in diffs.items():  # an output that follows near-tie flips of its decisions
+        if not d.passed and report.discrete and discrete.explained(report.discrete, name):
+            d.passed, d.note = True, "differs where a decision it depends on flipped at a near-tie (see discrete)"
+    return diffs
+
+
+def _exposing(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto | Assembled:
+    """``model`` with these tensors (where it computes them) as extra outputs, weights not copied."""
+    if not names:
+        return model
+    computed = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
+    parts = Assembled.of(model, to_edit=True)
+    have = {o.name for o in parts.stub.graph.output}
+    parts.stub.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names if n in computed and n not in have)
+    return parts
 
 
 def _invalid(model: onnx.ModelProto, full_check: bool) -> str | None:

@@ -123,9 +123,10 @@ def _toposorted(nodes: list[gs.Node]) -> list[gs.Node]:
     return order
 
 
-def probe_model(original: onnx.ModelProto, regs: list[Region]) -> Assembled:
-    """The original model plus a renamed copy of each checkable region, both values exposed; its
-    weights are the original's protos (not a copy of them)."""
+def probe_model(original: onnx.ModelProto, regs: list[Region], extra: list[str] = ()) -> Assembled:
+    """The original model plus a renamed copy of each checkable region, both values exposed, and the
+    ``extra`` tensors (decisions' inputs and outputs); its weights are the original's protos (not a
+    copy of them)."""
     probe = Assembled.of(original, to_edit=True)
     g = probe.stub.graph
     initializers = {t.name for t in original.graph.initializer}
@@ -136,6 +137,8 @@ def probe_model(original: onnx.ModelProto, regs: list[Region]) -> Assembled:
             g.output.append(helper.make_empty_tensor_value_info(name))
             exposed.add(name)
 
+    for name in extra:
+        expose(name)
     for r in regs:
         if r.unchecked:
             continue

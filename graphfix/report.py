@@ -64,6 +64,8 @@ class Report:
     #: the original model's own noise floor per output (max abs), measured when the strict
     #: end-to-end comparison failed (None: not needed)
     noise_floor: dict[str, float] | None = None
+    #: decisions (ArgMax/TopK/comparisons) the outputs depend on: margins and flips (graphfix.discrete)
+    discrete: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     trt: dict[str, Any] | None = None
@@ -139,6 +141,7 @@ def table(report: Report) -> str:
             d = report.final[worst]
             notes.append(f"end to end: {worst} differs by {_num(d['max_abs'])}; the original model's own noise floor there is "
                          f"{_num(report.noise_floor.get(worst, 0.0))} (accepted up to {NOISE_MULTIPLE}x; --atol/--rtol make it exact)")
+    notes += discrete_lines(report.discrete)
     if report.notes:
         notes += report.notes
     if notes:
@@ -146,6 +149,22 @@ def table(report: Report) -> str:
     verified = "verification off" if not report.settings.get("verify", True) else f"{report.sessions} onnxruntime session(s)"
     lines += ["", f"{len(report.passes)} pass(es), {verified}, {report.seconds:.2f}s; status: {report.status}"]
     return "\n".join(lines)
+
+
+def discrete_lines(record: dict[str, Any] | None) -> list[str]:
+    """Outputs that depend on ArgMax/TopK/comparison decisions: closest margins and flips."""
+    if not record:
+        return []
+    decisions = record["decisions"]
+    closest = min((r["min_margin"] for r in decisions.values()), default=float("inf"))
+    lines = [f"discrete outputs {', '.join(record['outputs'])} depend on {len(decisions)} decision(s); "
+             f"closest margin {_num(closest)} over {record['inputs']} input(s)"]
+    for node, r in decisions.items():
+        if r["flipped"]:
+            kind = "near-ties, kept" if r["near_ties"] else "NOT near-ties"
+            lines.append(f"  {r['op']} '{node}' flipped {r['flipped']} element(s) at margins "
+                         f"{', '.join(_num(m) for m in r['margins_at_flips'])} (inputs moved {_num(r['moved'])}: {kind})")
+    return lines
 
 
 #: Nodes named after the first when the same finding repeats.
@@ -272,6 +291,10 @@ def markdown(report: Report) -> str:
                 f"- shapes: {report.shapes.get('reason', '')}"]
         out += [f"  - `{json.dumps(s)}`" for s in report.shapes.get("shapes", [])[:NAMED]]
         out += [f"- note: {md_cell(n)}" for n in report.notes[:MAX_ROWS]]
+        if report.noise_floor:
+            out += [f"- noise floor of the original model (max abs per output, accepted up to {NOISE_MULTIPLE}x end to end): "
+                    + ", ".join(f"`{md_cell(k)}` {_num(v)}" for k, v in list(report.noise_floor.items())[:NAMED])]
+        out += [f"- {md_cell(line.strip())}" for line in discrete_lines(report.discrete)[:MAX_ROWS]]
         if report.inputs:
             out += ["", *_rows(["input", "dtype", "shape"], [[f"`{md_cell(k)}`", v["dtype"], md_cell(v["shape"])]
                                                               for k, v in report.inputs.items()], "inputs")]

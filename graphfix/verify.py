@@ -167,6 +167,10 @@ def load_inputs(path: str, model: onnx.ModelProto) -> Feeds:
 
 
 # ------------------------------------------------------------------ running
+class CannotRun(Exception):
+    """onnxruntime cannot run a model graphfix must run (the caller says which and why)."""
+
+
 class SessionCounter:
     """Counts onnxruntime sessions (reports say what verification cost) and remembers whether
     verification's tuned session settings had to give way to onnxruntime's defaults."""
@@ -262,6 +266,24 @@ def _onnxruntime_col2im_dilation_ok() -> bool:
     except Exception:  # noqa: BLE001 - cannot run it: do not trust it
         return False
     return bool(np.allclose(got, ReferenceEvaluator(m).run(None, {"x": x})[0]))
+
+
+def unusable(first: list, second: list, names: list[str]) -> str | None:
+    """Why outputs at a candidate shape cannot judge a rewrite, if they cannot: the original model
+    gives different values on two identical runs (onnxruntime itself is nondeterministic there:
+    Swin at 4x4 gave 2.08, NaN or 0.0), or its float outputs are degenerate (one all NaN/inf,
+    or every one constant)."""
+    arrays = [(name, np.asarray(a), np.asarray(b)) for name, a, b in zip(names, first, second, strict=False)]
+    for name, a, b in arrays:
+        if a.shape != b.shape or not np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
+            return f"onnxruntime's outputs for the original model differ between two identical runs ({name})"
+    floats = [(name, a) for name, a, _ in arrays if a.dtype.kind == "f" and a.size]
+    for name, a in floats:
+        if not np.isfinite(a).any():
+            return f"output {name} is all NaN/inf there"
+    if floats and all(a.size > 1 and bool(np.all(a == a.flat[0])) for _, a in floats):
+        return "every float output is constant there"
+    return None
 
 
 def noise_floor(model: onnx.ModelProto, feeds: Feeds, baseline: RunResults, counter: SessionCounter,

@@ -46,6 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--skip", action="append", default=[], metavar="PASS", help="leave out a pass (repeatable, or comma-separated)")
     g.add_argument("--trt", metavar="VERSION", help="target TensorRT release (e.g. 8.6, 10.1): passes rewrite only what it rejects")
     g.add_argument("--force", action="append", default=[], metavar="PASS", help="make PASS rewrite even patterns the target accepts")
+    g.add_argument("--fix-shapes", action=_Shapes, nargs="+", type=_shape_item, metavar="NAME:1x3x320x320",
+                   help="freeze these input dims in the written model and fold the shape arithmetic that becomes "
+                        "constant (computed TopK K, Resize sizes, pads); verified against the original at those shapes")
+    g.add_argument("--simplify", action="store_true",
+                   help="run onnx-simplifier first (graphfix[simplify]), verified and rolled back like a pass")
     v = p.add_argument_group("verification (onnxruntime, before vs after every pass)")
     v.add_argument("--no-verify", action="store_true", help="skip onnxruntime verification (passes are then kept unverified)")
     v.add_argument("--verify-each", action="store_true", help="check pass by pass (one session per changed pass; for debugging)")
@@ -118,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
             verify=not args.no_verify, strict=args.strict, atol=args.atol, rtol=args.rtol, seed=args.seed,
             iterations=args.iterations, input_shapes=parse_shape_sets(args.input_shapes), verify_each=args.verify_each,
             profile_shapes=_profile_sets(args), progress=step if status is not None else None,
-            val_range=val_range, inputs=args.load_inputs,
+            val_range=val_range, inputs=args.load_inputs, fix_shapes=parse_input_shapes(args.fix_shapes),
+            simplify=args.simplify,
         )
     finally:
         if status is not None:
@@ -212,7 +218,8 @@ def blocked_summary(report: report_mod.Report) -> list[str]:
                      "meant for, give real ones with --input-shapes NAME:1x3x224x224 (and --val-range for indices)")
     without = [f for f in left if not f.get("fix_pass")]
     if without:
-        lines.append(f"  {len(without)} finding(s) have no graphfix rewrite: each line above says what to change upstream")
+        lines.append(f"  {len(without)} finding(s) have no graphfix rewrite; `graphfix check {report.output} --trt "
+                     f"{report.trt['version']}` says what to change upstream for each")
     return lines
 
 

@@ -25,6 +25,12 @@ SHAPE_OPS = frozenset({
     "ReduceSum", "ReduceMin", "ReduceMax", "Expand", "Range", "ConstantOfShape", "Flatten", "Transpose",
 })
 
+#: Inputs TensorRT reads as shape tensors, per op (computed on the host from shapes and constants).
+SHAPE_INPUTS = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Resize": (2, 3), "Upsample": (1,),
+    "ConstantOfShape": (0,), "Range": (0, 1, 2), "Pad": (1,), "TopK": (1,), "OneHot": (1,),
+}
+
 CONST, SHAPE, INPUT, DATA = "const", "shape", "input", "data"
 
 

@@ -22,7 +22,7 @@ import onnx_graphsurgeon as gs
 from graphfix import passes
 from graphfix.graph import Builder, Folder, is_weights, tensor_dtype, to_graph
 from graphfix.graph.convert import all_graphs
-from graphfix.graph.origin import DATA, ValueOrigins
+from graphfix.graph.origin import DATA, SHAPE_INPUTS, ValueOrigins
 from graphfix.model_io import default_opset
 from graphfix.passes.base import Context
 from graphfix.trt import support
@@ -31,10 +31,6 @@ from graphfix.trt.versions import TrtVersion
 BLOCKING, WARNING = "blocking", "warning"
 
 #: Inputs TensorRT treats as shape tensors: op -> input indices (PARSER_NOTES §2).
-SHAPE_INPUTS = {
-    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Resize": (2, 3), "Upsample": (1,),
-    "ConstantOfShape": (0,), "Range": (0, 1, 2), "Pad": (1,), "TopK": (1,), "OneHot": (1,),
-}
 #: op -> errors.json id for "no importer" of that op (else the generic plugin-fallback entry).
 NOT_SUPPORTED_IDS = {
     "Einsum": "einsum-not-supported", "CumSum": "cumsum-not-supported", "ScatterND": "scatternd-not-supported",

@@ -1,0 +1,64 @@
+"""``--simplify``: onnx-simplifier's constant folding and shape simplification, as a verified step.
+
+Users' toolchains name onnxsim before TensorRT; graphfix runs it as one more step, off by default
+(extra ``graphfix[simplify]``), verified like a pass against the original model on the same
+inputs and rolled back if it changes results, or if it writes an op the target rejects: onnxsim's
+optimizer fuses attention/LayerNorm patterns into ``com.microsoft`` contrib ops (a SuperGlue
+export gained them), which no TensorRT parser imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
+import onnx
+
+from graphfix.errors import GraphfixError
+from graphfix.model_io import first_line
+
+MISSING = "--simplify needs onnx-simplifier: pip install 'graphfix[simplify]'"
+
+
+def simplify(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnxsim's simplification of ``model`` (its own check off: graphfix verifies it itself)."""
+    try:
+        import onnxsim
+    except ImportError as exc:
+        raise GraphfixError(MISSING) from exc
+    try:
+        with _quiet_fds():  # onnxsim's C++ core prints "WARNING: failed to run ..." per node
+            simplified, _ = onnxsim.simplify(model, check_n=0)
+    except Exception as exc:  # noqa: BLE001 - onnxsim raises many types; the run goes on without it
+        raise SimplifyFailed(first_line(exc)) from exc
+    return simplified
+
+
+class SimplifyFailed(Exception):
+    """onnxsim could not simplify the model (the step is reported as not applied)."""
+
+
+def new_blockers(before, after) -> list[str]:
+    """Blocking findings (op and message) of ``after`` that ``before`` did not have: what the step
+    introduced that the target rejects."""
+    seen = {(f.op, f.message) for f in before.findings if f.severity == "blocking"}
+    return sorted({f"{f.op}: {f.message}" for f in after.findings if f.severity == "blocking" and (f.op, f.message) not in seen})
+
+
+@contextlib.contextmanager
+def _quiet_fds() -> Iterator[None]:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, devnull):
+            os.close(fd)
