@@ -4,6 +4,7 @@ runtime K, version boundaries, random shapes/axes/K bounds/largest with ties and
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -69,7 +70,7 @@ def test_unbounded_k_and_sorted_0_are_findings():
     result = passes.get(NAME).apply(m)
     assert result.rewritten == 0 and "no constant bound" in result.findings[0].message
     unsorted = FIXTURES[0].build()
-    next(n for n in unsorted.graph.node if n.op_type == "TopK").attribute.append(__import__("onnx").helper.make_attribute("sorted", 0))
+    next(n for n in unsorted.graph.node if n.op_type == "TopK").attribute.append(onnx.helper.make_attribute("sorted", 0))
     result = passes.get(NAME).apply(unsorted)
     assert result.rewritten == 0 and "sorted=0" in result.findings[0].message
 
@@ -78,7 +79,7 @@ def test_unbounded_k_and_sorted_0_are_findings():
 def test_onnx_node_cases_with_runtime_k(case):
     """K is a graph input in the node cases; static axes bound it by their length."""
     m = runnable(case.model, 11)
-    if m.graph.input[0].type.tensor_type.elem_type == __import__("onnx").TensorProto.UINT64:
+    if m.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT64:
         pytest.skip("onnxruntime has no uint64 TopK")
     for inputs, expected in case.data_sets:
         feeds = case_feeds(m, inputs)
@@ -134,3 +135,23 @@ def test_random_runtime_k_equal_onnxruntime(case):
 @given(topk_cases())
 def test_random_runtime_k_equal_onnxruntime_slow(case):
     _check_random(*case)
+
+
+@pytest.mark.parametrize("version", ["8.2", "8.5"])
+def test_integer_scores_with_runtime_k_end_without_a_blocker(version):
+    """Integer padding uses the proven bound of the data (ties keep real elements first), so
+    int-argmax-topk can still prove the padded TopK exact in FLOAT."""
+    m = model([node("Cast", ["x"], ["xi"], name="/Cast", to=INT64), node("Shape", ["x"], ["shape"], name="/Shape"),
+               node("Gather", ["shape", "ax"], ["n"], name="/Gather", axis=0), node("Min", ["cap", "n"], ["k"], name="/Min"),
+               node("TopK", ["xi", "k"], ["v", "i"], name="/TopK", axis=1)],
+              [inp("x", onnx.TensorProto.INT8, [2, "n"])], [out("v", INT64, [2, None]), out("i", INT64, [2, None])],
+              [init("ax", np.array([1], np.int64)), init("cap", np.array([5], np.int64))], opset=13)
+    x = np.array([[-128, -128, 3, 3, -128, 1, 1, 0], [1, 2, 3, 4, 5, 6, -128, -128]], np.int8)
+    check_rewrite(m, NAME, {"x": x})
+    result = graphfix.fix(m, "auto", trt=version, input_shapes={"x": (2, 8)})
+    assert [f.message for f in check_model(result.model, version).findings if f.severity == "blocking"] == []
+    assert {r.name for r in result.report.passes if r.verdict == "kept"} == {NAME, "int-argmax-topk"}
+    for short in (x[:, :2], x[:, :7]):
+        feeds = {"x": np.ascontiguousarray(short)}
+        for got, want in zip(ort_run(result.model, feeds), ort_run(m, feeds), strict=True):
+            np.testing.assert_array_equal(got, want)

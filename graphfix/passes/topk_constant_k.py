@@ -10,7 +10,8 @@ Rewrite, with a constant bound ``B >= K`` found in the graph (the ``min(const, .
 the constant of a folded branch, a static dim):
 
 * the scores are padded along the axis with ``B`` fill values (-inf for ``largest``, +inf
-  otherwise; the integer extremes for integers) when the axis is dynamic, so it holds ``B``;
+  otherwise; for integers the proven bound of ``|x|`` or the type's extremes) when the axis is
+  dynamic, so it holds ``B``;
   a static axis of length ``n`` uses ``min(B, n)`` and no padding;
 * ``TopK(K=B)``, then values and indices are sliced to ``[0, K)`` along the axis (Slice reads
   starts/ends as shape tensors from 7.0 on; K is computed from shapes, so it is one).
@@ -27,6 +28,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, Folder, is_weights, replace_tensor, tensor_dtype
+from graphfix.passes import int_argmax_topk
 from graphfix.passes.base import MUST_BE_WEIGHTS, Context, Pass, Rule, Skip
 
 #: Ops that pass K's value through unchanged.
@@ -80,10 +82,16 @@ def _reduce_min_bound(node: gs.Node, folder: Folder, depth: int) -> int | None:
     return min(known) if known else None
 
 
-def _fill(dtype: np.dtype, largest: bool) -> np.generic:
+def _fill(x: gs.Tensor, dtype: np.dtype, largest: bool, ctx: Context) -> np.generic:
+    """A value no real element sorts after: +-inf, or for integers the proven bound of ``|x|`` (ties
+    keep real elements first), so int-argmax-topk can still prove the padded data exact; the
+    integer extremes when nothing bounds ``x``."""
     if dtype.kind == "f":
         return dtype.type(-np.inf if largest else np.inf)
+    bound = int_argmax_topk.Bounds(ctx.folder).bound(x)
     info = np.iinfo(dtype)
+    if bound is not None and bound <= info.max:
+        return dtype.type(-bound if largest and info.min < 0 else bound if not largest else info.min)
     return dtype.type(info.min if largest else info.max)
 
 
@@ -126,7 +134,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
                    "min(constant, size) or make it a constant in the export)")
     b = ctx.builder
     largest = bool(int(node.attrs.get("largest", 1)))
-    data = x if static else _padded(b, x, axis, bound, _fill(dtype, largest))
+    data = x if static else _padded(b, x, axis, bound, _fill(x, dtype, largest, ctx))
     attrs = {**node.attrs, "axis": axis, "sorted": 1}
     values, indices = b.op("TopK", [data, b.const(np.asarray([bound], np.int64), hint="k")], attrs, outputs=2)
     values.dtype, indices.dtype = dtype, np.dtype(np.int64)
