@@ -26,8 +26,9 @@ onnxruntime (what verification compares against) does:
 * output sizes: ``sizes`` as given (opset-18 ``keep_aspect_ratio_policy`` applied), or
   ``floor(in * scale)`` as a float32 product (onnxruntime); scale = float32 ``out / in`` for sizes;
   opset-18 ``axes`` selects the axes the scales/sizes/roi describe;
-* a Resize whose every scale is 1 is an identity in onnxruntime (whatever the mode), so it becomes
-  an Identity; an axis whose matrix is the identity gets no MatMul.
+* an axis whose scale is 1 is copied by onnxruntime whatever the mode (tf_half_pixel_for_nn's
+  half-pixel shift and tf_crop_and_resize's roi are not applied there, unlike the ONNX reference),
+  so it gets no MatMul; a Resize with every scale 1 becomes an Identity.
 
 The weights are computed in float64 and stored in the data type (float32/float64; float16 data
 goes through float32 MatMuls and back), so results equal onnxruntime's to float rounding: the
@@ -129,10 +130,6 @@ def axis_matrix(length_in: int, length_out: int, scale: float, mode: str, a: flo
 
 
 # ------------------------------------------------------------------ reading the node
-#: Axes whose matrix is the identity when their scale is 1 (the other modes shift or crop).
-_SHIFTING = ("tf_half_pixel_for_nn", "tf_crop_and_resize")
-
-
 class _Plan:
     """Per resized axis: input/output length, scale and roi, every value static.
 
@@ -171,7 +168,7 @@ class _Plan:
         self.length_out: dict[int, int] = {}
         self.scale: dict[int, F32] = {}
         for k, s, n_out in zip(axes, scales, out, strict=True):
-            if s == F32(1.0) and self.mode not in _SHIFTING:
+            if s == F32(1.0):  # onnxruntime copies such an axis, whatever the mode (even a cropping roi)
                 continue
             if dims[k] is None or n_out is None:
                 raise Skip(_dynamic(f"input axis {k} has a dynamic length ({x.shape[k]})"))
