@@ -39,12 +39,11 @@ def _resize(x_dims, *, scales=None, sizes=None, roi=None, opset=13, dtype=np.flo
             names[k] = key
     while names[-1] == "":
         names.pop()
-    if opset < 13 and names[1] == "":  # roi and scales are required before opset 13
-        inits.append(init("roi", np.zeros(0, np.float32)))
-        names[1] = "roi"
-        if len(names) > 2 and names[2] == "":
-            inits.append(init("scales", np.zeros(0, np.float32)))
-            names[2] = "scales"
+    if opset < 13:  # roi and scales are required inputs before opset 13: empty tensors stand in
+        for k, key in ((1, "roi"), (2, "scales")):
+            if k < len(names) and names[k] == "":
+                inits.append(init(key, np.zeros(0, np.float32)))
+                names[k] = key
     elem = ELEM[dtype]
     return model([node("Resize", names, ["y"], name="/Resize", mode="cubic", **attrs)], [inp("x", elem, x_dims)],
                  [out("y", elem, out_dims or [f"o{i}" for i in range(len(x_dims))])], inits, opset=opset)
