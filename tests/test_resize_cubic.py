@@ -108,8 +108,6 @@ def test_dynamic_batch_sizes_from_shape():
 def test_findings():
     shape_dynamic = _resize([1, 2, "H", 4], scales=[1, 1, 2, 2])
     assert "dynamic length" in passes.get(NAME).apply(shape_dynamic).findings[0].message
-    antialias = _resize([1, 1, 8, 8], scales=[1, 1, 0.5, 0.5], opset=18, antialias=1)
-    assert "antialias" in passes.get(NAME).apply(antialias).findings[0].message
     runtime = model([node("Resize", ["x", "", "scales"], ["y"], mode="cubic")], [inp("x", FLOAT, [1, 1, 4, 4]), inp("scales", FLOAT, [4])],
                     [out("y", FLOAT, list("abcd"))], opset=13)
     assert "runtime" in passes.get(NAME).apply(runtime).findings[0].message
@@ -182,14 +180,10 @@ def test_node_cases_found():
 @pytest.mark.parametrize("case", CUBIC_CASES, ids=lambda c: c.name)
 def test_onnx_node_cases(case):
     """Each official cubic case with its scales/sizes frozen (exports have them constant): the
-    rewrite equals onnxruntime and the expected output; antialias cases stay findings."""
-    antialias = any(a.name == "antialias" and a.i for a in case.model.graph.node[0].attribute)
+    rewrite equals onnxruntime and the expected output."""
     for inputs, expected in case.data_sets:
         feeds = case_feeds(case.model, inputs)
         m = freeze_inputs(runnable(case.model, 18), {k: feeds.pop(k) for k in list(feeds) if k != "X"})
-        if antialias:
-            assert passes.get(NAME).apply(m).findings
-            continue
         result = check_rewrite(m, NAME, feeds, atol=1e-5, rtol=1e-5)
         assert not _cubic(result.model)
         close = np.allclose(ort_run(result.model, feeds)[0], expected[0], atol=1e-4, rtol=1e-4)
@@ -205,9 +199,10 @@ def configs(draw):
     layout = "any" if rank == 2 else draw(st.sampled_from(["nchw", "nchw", "nhwc"]))
     candidates = {"any": [0, 1], "nchw": [2, 3], "nhwc": [1, 2]}[layout]
     resized = sorted(draw(st.sets(st.sampled_from(candidates), min_size=1, max_size=2)))
-    targets = {k: draw(st.integers(dims[k] if layout == "nhwc" else 1, 12)) for k in resized}
-    mode = draw(st.sampled_from(MODES))
     opset = draw(st.sampled_from([11, 13, 18, 19]))
+    antialias = opset >= 18 and draw(st.booleans())
+    targets = {k: draw(st.integers(dims[k] if layout == "nhwc" and not antialias else 1, 12)) for k in resized}
+    mode = draw(st.sampled_from(MODES))
     if mode == "tf_half_pixel_for_nn" and opset >= 13:
         mode = "half_pixel"  # deprecated from opset 13
     return {
@@ -216,7 +211,7 @@ def configs(draw):
         "axes": opset >= 18 and draw(st.booleans()),
         "symmetric": opset >= 19 and mode == "half_pixel" and draw(st.booleans()),
         "roi": draw(st.lists(st.floats(-0.3, 1.3), min_size=2, max_size=2)),
-        "extrapolation": draw(st.sampled_from([0.0, -1.0])), "seed": draw(st.integers(0, 2**16)),
+        "extrapolation": draw(st.sampled_from([0.0, -1.0])), "seed": draw(st.integers(0, 2**16)), "antialias": antialias,
     }
 
 
@@ -227,6 +222,8 @@ def _check_config(c):
              "cubic_coeff_a": c["a"], "exclude_outside": c["exclude"]}
     if c["axes"]:
         attrs["axes"] = axes
+    if c["antialias"]:
+        attrs["antialias"] = 1
     kw = {}
     if c["by"] == "sizes":
         kw["sizes"] = [c["targets"].get(k, dims[k]) for k in axes]

@@ -37,8 +37,7 @@ by every release >= 7.0. Non-finite data: a zero weight times inf/NaN is NaN, so
 pixel spreads along its whole row/column, where Resize only spreads it over 4 taps.
 
 Left as findings (what to change is in the message): output size or input length of a resized
-axis known only at runtime (export at a fixed size, or ``--fix-shapes``), ``antialias=1``,
-non-float data, a float32 output size that is ambiguous (the float32 and exact products differ).
+axis known only at runtime (export at a fixed size, or ``--fix-shapes``), non-float data, a float32 output size that is ambiguous (the float32 and exact products differ).
 """
 
 from __future__ import annotations
@@ -129,6 +128,53 @@ def axis_matrix(length_in: int, length_out: int, scale: float, mode: str, a: flo
     return matrix, outside
 
 
+def _keys32(d: F32, a: F32) -> F32:
+    """onnxruntime's float32 antialias cubic filter (Pillow's form of Keys' kernel)."""
+    d = abs(d)
+    if d < F32(1.0):
+        return ((a + F32(2.0)) * d - (a + F32(3.0))) * d * d + F32(1.0)
+    if d < F32(2.0):
+        return (((d - F32(5.0)) * d + F32(8.0)) * d - F32(4.0)) * a
+    return F32(0.0)
+
+
+def antialias_matrix(length_in: int, length_out: int, scale: float, mode: str, a: float, exclude_outside: bool,
+                     roi: tuple[float, float] = (0.0, 1.0)) -> tuple[np.ndarray, np.ndarray]:
+    """Like :func:`axis_matrix` for ``antialias=1``: downscaling stretches the kernel by in/out
+    (support 2·in/out taps each side), upscaling is plain cubic; weights normalised by their
+    sum, out-of-range taps clamped to the border (or dropped with ``exclude_outside``), all in
+    float32 in onnxruntime's order (its Pillow-derived ``SetupUpsampleFilterAntiAlias``)."""
+    matrix = np.zeros((length_out, length_in))
+    outside = np.zeros(length_out, bool)
+    rscale = F32(scale)
+    inverse = F32(1.0) / rscale
+    support = F32(2.0) * inverse if inverse >= F32(1.0) else F32(2.0)
+    window = math.ceil(float(support)) * 2 + 1
+    shrink = F32(1.0) / inverse if inverse >= F32(1.0) else F32(1.0)
+    a32 = F32(a)
+    for o in range(length_out):
+        c = F32(o) if inverse == F32(1.0) else coordinate(mode, o, float(rscale), length_in, length_out, roi)
+        center = F32(0.5) + c
+        if mode == "tf_crop_and_resize" and (center - F32(0.5) < 0 or center - F32(0.5) > F32(length_in - 1)):
+            outside[o] = True
+            continue
+        lo = int(math.floor(center - support + F32(0.5)))
+        hi = int(math.floor(center + support + F32(0.5)))
+        hi = lo + min(max(hi - lo, 0), window)
+        if min(max(lo, 0), length_in) >= min(max(hi, 0), length_in):
+            continue  # no tap inside the input: onnxruntime writes 0 here
+        taps = [t for t in range(lo, hi) if not exclude_outside or 0 <= t < length_in]
+        weights = [_keys32((F32(t) - center + F32(0.5)) * shrink, a32) for t in taps]
+        total = F32(0.0)
+        for w in weights:
+            total = total + w
+        norm = F32(1.0) if total == F32(0.0) else F32(1.0) / total
+        for t, w in zip(taps, weights, strict=True):
+            matrix[o, min(max(t, 0), length_in - 1)] += float(w)
+        matrix[o] = (matrix[o].astype(F32) * norm).astype(np.float64)
+    return matrix, outside
+
+
 # ------------------------------------------------------------------ reading the node
 class _Plan:
     """Per resized axis: input/output length, scale and roi, every value static.
@@ -142,8 +188,6 @@ class _Plan:
         if x.shape is None:
             raise Skip("input rank is unknown (run shape inference upstream)")
         rank = self.rank = len(x.shape)
-        if int(_attr(node, "antialias", 0)):  # type: ignore[call-overload]
-            raise Skip("antialias=1 is not decomposed; export with antialias=False (PyTorch's default)")
         self.mode = str(_attr(node, "coordinate_transformation_mode", "half_pixel"))
         if self.mode not in MODES:
             raise Skip(f"unknown coordinate_transformation_mode {self.mode!r}")
@@ -307,10 +351,12 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     value = float(_attr(node, "extrapolation_value", 0.0))  # type: ignore[arg-type]
     a = float(_attr(node, "cubic_coeff_a", -0.75))  # type: ignore[arg-type]
     exclude = bool(int(_attr(node, "exclude_outside", 0)))  # type: ignore[call-overload]
+    antialias = bool(int(_attr(node, "antialias", 0)))  # type: ignore[call-overload]
     # Most-shrinking axis first: later MatMuls then work on fewer elements.
     for k in sorted(plan.axes, key=lambda k: plan.length_out[k] / max(plan.length_in[k], 1)):
         n_in, n_out = plan.length_in[k], plan.length_out[k]
-        matrix, outside = axis_matrix(n_in, n_out, plan.scale[k], plan.mode, a, exclude, plan.roi[k])
+        build = antialias_matrix if antialias else axis_matrix
+        matrix, outside = build(n_in, n_out, plan.scale[k], plan.mode, a, exclude, plan.roi[k])
         if outside.any():
             shape = [1] * rank
             shape[k] = n_out
