@@ -28,7 +28,12 @@ onnxruntime (what verification compares against) does:
   opset-18 ``axes`` selects the axes the scales/sizes/roi describe;
 * an axis whose scale is 1 is copied by onnxruntime whatever the mode (tf_half_pixel_for_nn's
   half-pixel shift and tf_crop_and_resize's roi are not applied there, unlike the ONNX reference),
-  so it gets no MatMul; a Resize with every scale 1 becomes an Identity.
+  so it gets no MatMul; a Resize with every scale 1 becomes an Identity;
+* align_corners uses the integer output length (onnxruntime), not ``in * scale`` (the ONNX
+  reference, which differs when a scale does not divide evenly: node case
+  ``test_resize_downsample_scales_cubic_align_corners``);
+* ``antialias=1`` (opset 18): a downscale stretches the kernel by in/out and normalises the
+  weights by their sum, in float32 as onnxruntime's Pillow-derived filter setup does.
 
 The weights are computed in float64 and stored in the data type (float32/float64; float16 data
 goes through float32 MatMuls and back), so results equal onnxruntime's to float rounding: the
@@ -37,7 +42,10 @@ by every release >= 7.0. Non-finite data: a zero weight times inf/NaN is NaN, so
 pixel spreads along its whole row/column, where Resize only spreads it over 4 taps.
 
 Left as findings (what to change is in the message): output size or input length of a resized
-axis known only at runtime (export at a fixed size, or ``--fix-shapes``), non-float data, a float32 output size that is ambiguous (the float32 and exact products differ).
+axis known only at runtime (export at a fixed size, or ``--fix-shapes``; a runtime-sized 4-tap
+Gather form is not built yet), non-float data, a float32 output size that is ambiguous (the
+float32 and exact products differ). Not a rule here: 8.5+ imports cubic only over the innermost
+two axes when scales are weights ("only supports cubic resizing on the outermost 2 dimensions").
 """
 
 from __future__ import annotations
