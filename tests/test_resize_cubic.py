@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from support import case_feeds, check_fixture, check_rewrite, freeze_inputs, node_cases, ort_run, runnable
 
 from fixtures.make_fixtures import all_fixtures
-from fixtures.recipes._onnx import DOUBLE, FLOAT, FLOAT16, init, inp, model, node, out
+from fixtures.recipes._onnx import DOUBLE, FLOAT, FLOAT16, INT64, init, inp, model, node, out
 from graphfix import passes
 from graphfix.trt.check import check_model
 
@@ -18,6 +18,9 @@ NAME = "resize-cubic"
 FIXTURES = [fx for group, fx in all_fixtures() if group == "resize_cubic"]
 #: What the rewrite may add: each is imported by TensorRT 7.0.
 ALLOWED = {"MatMul", "Transpose", "Add", "Cast", "Identity"}
+#: ... and the runtime-size Gather form: each imported by TensorRT 7.0 as well.
+RUNTIME_ALLOWED = ALLOWED | {"Abs", "Div", "Equal", "Floor", "Gather", "Greater", "Max", "Min", "Mul", "Range", "ReduceSum",
+                             "Reshape", "Shape", "Slice", "Sub", "Unsqueeze"}
 ELEM = {np.float32: FLOAT, np.float16: FLOAT16, np.float64: DOUBLE}
 MODES = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize"]
 
@@ -54,7 +57,7 @@ def _resize(x_dims, *, scales=None, sizes=None, roi=None, opset=13, dtype=np.flo
 def test_fixture_rewritten_and_equal(fx):
     result = check_fixture(fx, NAME, atol=1e-5, rtol=1e-5, seed=4)
     assert not _cubic(result.model) and "Resize" not in _ops(result.model)
-    assert _ops(result.model) - _ops(fx.build()) <= ALLOWED
+    assert _ops(result.model) - _ops(fx.build()) <= (RUNTIME_ALLOWED if fx.name == "dynamic_image_size" else ALLOWED)
     for version in ("7.0", "8.2", "8.4", "8.5", "10.1"):
         findings = check_model(result.model, version).findings
         assert not [f for f in findings if f.fix_pass == NAME or f.error_id == "resize-cubic"], (version, findings)
@@ -76,11 +79,72 @@ def test_pos_embed_is_two_matmuls():
     assert sum(1 for n in result.model.graph.node if n.op_type == "MatMul") == 2
 
 
-def test_dynamic_size_is_a_finding():
+def test_runtime_size_gather_form():
+    """DINOv2 at a dynamic image size: the grid size is computed from the image's H/W; the 4-tap
+    Gather form equals onnxruntime at several sizes and leaves nothing 7.0-10.1 blocks."""
     fx = next(f for f in FIXTURES if f.name == "dynamic_image_size")
-    result = passes.get(NAME).apply(fx.build())
-    assert result.rewritten == 0 and "--fix-shapes" in result.findings[0].message
-    assert _cubic(result.model)
+    m = fx.build()
+    grid = np.random.default_rng(0).standard_normal((1, 8, 4, 4)).astype(np.float32)
+    for hw in ((56, 70), (224, 168), (14, 14)):
+        result = check_rewrite(m, NAME, {"pixels": np.zeros((1, 3, *hw), np.float32), "pos_grid": grid}, atol=1e-5, rtol=1e-5)
+    assert not _cubic(result.model) and _ops(result.model) - _ops(m) <= RUNTIME_ALLOWED
+    assert sum(1 for n in result.model.graph.node if n.op_type == "Gather" and n.name.startswith("/Resize")) == 2
+    for version in ("7.0", "8.0", "8.2", "8.4", "8.5", "10.1"):
+        assert not [f for f in check_model(result.model, version).findings if f.severity == "blocking" and f.rule != "opset"], version
+
+
+def test_runtime_findings():
+    fractional = _resize([1, 2, "H", "W"], scales=[1, 1, 1.5, 1.5])
+    assert "non-integer scale" in passes.get(NAME).apply(fractional).findings[0].message
+    crop = model([node("Resize", ["x", "roi", "", "sizes"], ["y"], mode="cubic", coordinate_transformation_mode="tf_crop_and_resize")],
+                 [inp("x", FLOAT, [1, 1, 4, 4]), inp("sizes", INT64, [4])], [out("y", FLOAT, list("abcd"))],
+                 [init("roi", np.array([0, 0, 0, 0, 1, 1, 1, 1], np.float32))], opset=13)
+    assert "tf_crop_and_resize" in passes.get(NAME).apply(crop).findings[0].message
+    runtime = model([node("Resize", ["x", "", "scales"], ["y"], mode="cubic")], [inp("x", FLOAT, [1, 1, 4, 4]), inp("scales", FLOAT, [4])],
+                    [out("y", FLOAT, list("abcd"))], opset=13)
+    assert "runtime scales" in passes.get(NAME).apply(runtime).findings[0].message
+
+
+@st.composite
+def runtime_configs(draw):
+    return {
+        "dims": [draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 9)), draw(st.integers(1, 9))],
+        "out": [draw(st.integers(1, 12)), draw(st.integers(1, 12))], "by": draw(st.sampled_from(["sizes", "scales"])),
+        "factor": [draw(st.integers(1, 3)), draw(st.integers(1, 3))],
+        "mode": draw(st.sampled_from(["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"])),
+        "a": draw(st.sampled_from([-0.75, -0.5])), "exclude": draw(st.integers(0, 1)), "opset": draw(st.sampled_from([11, 13, 18])),
+    }
+
+
+@settings(max_examples=40, deadline=None)
+@given(c=runtime_configs())
+def test_random_runtime_sizes_equal_onnxruntime(c):
+    _check_runtime(c)
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(c=runtime_configs())
+def test_random_runtime_sizes_equal_onnxruntime_slow(c):
+    _check_runtime(c)
+
+
+def _check_runtime(c):
+    """sizes as a graph input (nothing known: every axis goes through the Gather form, N and C at
+    scale 1) or integer scales on dynamic H/W."""
+    attrs = {"mode": "cubic", "coordinate_transformation_mode": c["mode"], "cubic_coeff_a": c["a"], "exclude_outside": c["exclude"]}
+    n, ch, h, w = c["dims"]
+    if c["by"] == "sizes":
+        m = model([node("Resize", ["x", "roi", "scales", "sizes"], ["y"], **attrs)], [inp("x", FLOAT, ["N", "C", "H", "W"]), inp("sizes", INT64, [4])],
+                  [out("y", FLOAT, list("abcd"))], [init("roi", np.zeros(0, np.float32)), init("scales", np.zeros(0, np.float32))], opset=c["opset"])
+        feeds = {"sizes": np.array([n, ch, *c["out"]], np.int64)}
+    else:
+        m = model([node("Resize", ["x", "roi", "scales"], ["y"], **attrs)], [inp("x", FLOAT, ["N", ch, "H", "W"])], [out("y", FLOAT, list("abcd"))],
+                  [init("roi", np.zeros(0, np.float32)), init("scales", np.array([1, 1, *c["factor"]], np.float32))], opset=c["opset"])
+        feeds = {}
+    feeds["x"] = np.random.default_rng(1).uniform(-1, 1, (n, ch, h, w)).astype(np.float32)
+    result = check_rewrite(m, NAME, feeds, atol=1e-5, rtol=1e-5)
+    assert not _cubic(result.model)
 
 
 def test_left_alone_from_8_5_and_linear_untouched():
@@ -106,8 +170,8 @@ def test_dynamic_batch_sizes_from_shape():
 
 
 def test_findings():
-    shape_dynamic = _resize([1, 2, "H", 4], scales=[1, 1, 2, 2])
-    assert "dynamic length" in passes.get(NAME).apply(shape_dynamic).findings[0].message
+    shape_dynamic = _resize([1, 2, "H", 4], scales=[1, 1, 2, 2])  # integer scale: the runtime form
+    assert passes.get(NAME).apply(shape_dynamic).rewritten == 1
     runtime = model([node("Resize", ["x", "", "scales"], ["y"], mode="cubic")], [inp("x", FLOAT, [1, 1, 4, 4]), inp("scales", FLOAT, [4])],
                     [out("y", FLOAT, list("abcd"))], opset=13)
     assert "runtime" in passes.get(NAME).apply(runtime).findings[0].message

@@ -41,9 +41,16 @@ MatMul sums the same four products in another order. MatMul, Transpose, Add and 
 by every release >= 7.0. Non-finite data: a zero weight times inf/NaN is NaN, so an inf/NaN
 pixel spreads along its whole row/column, where Resize only spreads it over 4 taps.
 
-Left as findings (what to change is in the message): output size or input length of a resized
-axis known only at runtime (export at a fixed size, or ``--fix-shapes``; a runtime-sized 4-tap
-Gather form is not built yet), non-float data, a float32 output size that is ambiguous (the
+Runtime output size (DINOv2 at a dynamic image size: ``sizes`` computed from the image's H/W) or
+runtime input length: per resized axis a 4-tap Gather form (Range of output indices, the same
+coordinates, Floor + Keys weights, clamped taps gathered along the axis, Mul + ReduceSum). Output
+lengths must be integer shape arithmetic: ``sizes``, or integer constant scales (n·s); Floor
+and float shape tensors are what parsers before 8.4 cannot compute shape tensors with.
+
+Left as findings (what to change is in the message): runtime lengths with a fractional or runtime
+scale (export with ``size=``), or with tf_crop_and_resize / tf_half_pixel_for_nn /
+half_pixel_symmetric / antialias / keep_aspect_ratio_policy (export at a fixed size or
+``--fix-shapes``), non-float data, a float32 output size that is ambiguous (the
 float32 and exact products differ). Not a rule here: 8.5+ imports cubic only over the innermost
 two axes when scales are weights ("only supports cubic resizing on the outermost 2 dimensions").
 """
@@ -69,6 +76,10 @@ MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_
 def _attr(node: gs.Node, name: str, default: object) -> object:
     value = node.attrs.get(name, default)
     return value.decode() if isinstance(value, bytes) else value
+
+
+class _Dynamic(Skip):
+    """No static matrix: a resized axis' length or output size is known only at runtime."""
 
 
 def _is_cubic(node: gs.Node, ctx: Context) -> bool:
@@ -223,7 +234,7 @@ class _Plan:
             if s == F32(1.0):  # onnxruntime copies such an axis, whatever the mode (even a cropping roi)
                 continue
             if dims[k] is None or n_out is None:
-                raise Skip(_dynamic(f"input axis {k} has a dynamic length ({x.shape[k]})"))
+                raise _Dynamic(_dynamic(f"input axis {k} has a dynamic length ({x.shape[k]})"))
             self.length_in[k], self.length_out[k], self.scale[k] = dims[k], n_out, s  # type: ignore[assignment]
         self.axes = list(self.length_in)
         self.roi = {k: (0.0, 1.0) for k in axes}
@@ -240,7 +251,7 @@ class _Plan:
         if s == F32(1.0):
             return n
         if n is None:
-            raise Skip(_dynamic(f"input axis {k} has a dynamic length"))
+            raise _Dynamic(_dynamic(f"input axis {k} has a dynamic length"))
         size32 = int(F32(s) * F32(n))
         if size32 != math.floor(float(s) * n):
             raise Skip(f"output size is ambiguous (float32 {float(s)!r} * {n} = {size32}, exactly "
@@ -260,14 +271,14 @@ class _Plan:
                 out.append(n)
                 scales.append(F32(1.0))
             elif n is None or n == 0:
-                raise Skip(_dynamic(f"input axis {k} has a dynamic length"))
+                raise _Dynamic(_dynamic(f"input axis {k} has a dynamic length"))
             else:
                 out.append(s)
                 scales.append(F32(s) / F32(n))
         if policy == "stretch":
             return out, scales
         if any(dims[k] is None for k in axes):
-            raise Skip(_dynamic(f"keep_aspect_ratio_policy={policy} needs every input length"))
+            raise _Dynamic(_dynamic(f"keep_aspect_ratio_policy={policy} needs every input length"))
         scale = min(scales) if policy == "not_larger" else max(scales)
         return [int(math.floor(float(F32(scale * F32(dims[k]))) + 0.5)) for k in axes], [scale] * len(axes)
 
@@ -282,7 +293,7 @@ def _value(ctx: Context, t: gs.Tensor | None, what: str) -> np.ndarray | None:
         return None
     v = ctx.folder.value(t)
     if v is None:
-        raise Skip(_dynamic(f"Resize {what} are computed at runtime (the output size depends on the input)"))
+        raise _Dynamic(_dynamic(f"Resize {what} are computed at runtime (the output size depends on the input)"))
     v = np.asarray(v)
     return v if v.size else None
 
@@ -304,14 +315,14 @@ def _sizes(ctx: Context, t: gs.Tensor, x: gs.Tensor, axes: list[int]) -> list[in
             continue
         picked = _shape_axes(ctx, part, x)
         if picked is None:
-            raise Skip(_dynamic("Resize sizes are computed at runtime (the output size depends on the input)"))
+            raise _Dynamic(_dynamic("Resize sizes are computed at runtime (the output size depends on the input)"))
         entries.extend((i,) for i in picked)
     if len(entries) != len(axes):
         raise Skip(f"{len(entries)} sizes for {len(axes)} axes")
     out: list[int | None] = []
     for k, e in zip(axes, entries, strict=True):
         if isinstance(e, tuple) and e[0] != k:
-            raise Skip(_dynamic(f"the size of axis {k} is the runtime length of axis {e[0]}"))
+            raise _Dynamic(_dynamic(f"the size of axis {k} is the runtime length of axis {e[0]}"))
         out.append(None if isinstance(e, tuple) else e)
     return out
 
@@ -347,7 +358,11 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     dtype = tensor_dtype(x)
     if dtype is None or dtype not in (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)):
         raise Skip(f"data type {dtype} is not float32/float64/float16 (integer cubic Resize rounds and saturates)")
-    plan = _Plan(node, ctx)
+    try:
+        plan = _Plan(node, ctx)
+    except _Dynamic as why:
+        _runtime_rewrite(node, ctx, dtype, str(why))
+        return
     b = ctx.builder
     if plan.identity:
         replace_tensor(ctx.graph, y, b.op("Identity", [x]))  # onnxruntime copies when every scale is 1
@@ -390,6 +405,127 @@ def _apply(b: Builder, x: gs.Tensor, matrix: np.ndarray, k: int, rank: int) -> g
     perm[k], perm[-1] = perm[-1], perm[k]
     moved = b.op("MatMul", [b.transpose(x, perm), b.const(np.ascontiguousarray(matrix.T), hint="cols")])
     return b.transpose(moved, perm)
+
+
+# ------------------------------------------------------------------ runtime sizes: 4-tap Gather form
+#: Modes the runtime form computes (tf_half_pixel_for_nn and tf_crop_and_resize are copied, not
+#: shifted, by onnxruntime at scale 1, which a runtime scale cannot tell apart).
+RUNTIME_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+
+
+def _runtime_rewrite(node: gs.Node, ctx: Context, dtype: np.dtype, why: str) -> None:
+    """Per resized axis, at runtime: output coordinates from Range, floor + Keys weights of 4
+    taps, a Gather of the clamped taps along the axis, Mul and ReduceSum. Output sizes must come
+    from ``sizes`` (``F.interpolate(size=...)``) or integer constant scales (``scale_factor=2``),
+    so the output length is integer shape arithmetic (no Floor/float shape tensors, which
+    parsers before 8.4 cannot compute)."""
+    x = node.inputs[0]
+    mode = str(_attr(node, "coordinate_transformation_mode", "half_pixel"))
+    rank = len(x.shape)
+    policy = str(_attr(node, "keep_aspect_ratio_policy", "stretch"))
+    if mode not in RUNTIME_MODES or int(_attr(node, "antialias", 0)) or policy != "stretch":  # type: ignore[call-overload]
+        raise Skip(f"{why} (no runtime form for {mode}, antialias or keep_aspect_ratio_policy)")
+    given = _attr(node, "axes", None)
+    axes = list(range(rank)) if given is None else [int(a) % rank for a in given]  # type: ignore[attr-defined]
+    scales_t, sizes_t = optional_input(node, 2), optional_input(node, 3)
+    sizes_value = ctx.folder.value(sizes_t) if sizes_t is not None else None
+    b = ctx.builder
+    dims = [int(d) if isinstance(d, (int, np.integer)) and d >= 0 else None for d in x.shape]
+    work: list[tuple[int, gs.Tensor, gs.Tensor, gs.Tensor]] = []  # (axis, n_in [1] i64, n_out [1] i64, scale [1] f32)
+    if sizes_t is not None and (sizes_value is None or np.asarray(sizes_value).size):
+        entries = _elements(ctx, sizes_t, x, len(axes))
+        for i, k in enumerate(axes):
+            e = entries[i] if entries is not None else None
+            if e == ("shape", k) or (isinstance(e, int) and e == dims[k]):
+                continue
+            n_in = _length(b, x, k, dims[k])
+            n_out = b.const(np.array([e], np.int64)) if isinstance(e, int) else b.slice(sizes_t, [i], [i + 1])
+            scale = b.op("Div", [b.cast(n_out, F32), b.cast(n_in, F32)])
+            work.append((k, n_in, n_out, scale))
+    else:
+        value = ctx.folder.value(scales_t) if scales_t is not None else None
+        if value is None:
+            raise Skip(f"{why} (runtime scales: export with size= so the output size is integer arithmetic)")
+        for s, k in zip(np.asarray(value, F32).reshape(-1), axes, strict=True):
+            if s == F32(1.0):
+                continue
+            if s != np.floor(s) or s < 1:
+                raise Skip(f"{why} (a non-integer scale {float(s)} on a runtime length: export with size=)")
+            n_in = _length(b, x, k, dims[k])
+            work.append((k, n_in, b.op("Mul", [n_in, b.const(np.array([int(s)], np.int64))]), b.const(np.array([s], F32))))
+    ct = np.dtype(np.float64) if dtype == np.float64 else np.dtype(F32)
+    cur: gs.Tensor = x if dtype == ct else b.cast(x, ct)
+    a = float(_attr(node, "cubic_coeff_a", -0.75))  # type: ignore[arg-type]
+    exclude = bool(int(_attr(node, "exclude_outside", 0)))  # type: ignore[call-overload]
+    for k, n_in, n_out, scale in work:
+        cur = _gather_axis(b, cur, k, rank, n_in, n_out, scale, mode, a, exclude, ct)
+    if cur is x:
+        cur = b.op("Identity", [x])
+    replace_tensor(ctx.graph, node.outputs[0], cur if dtype == ct else b.cast(cur, dtype))
+
+
+def _length(b: Builder, x: gs.Tensor, k: int, static: int | None) -> gs.Tensor:
+    return b.const(np.array([static], np.int64)) if static is not None else b.slice(b.shape(x), [k], [k + 1])
+
+
+def _elements(ctx: Context, t: gs.Tensor, x: gs.Tensor, count: int) -> list[object] | None:
+    """Per element of a 1-D int tensor: its constant value, ``("shape", axis)`` for a length of
+    ``x`` read through ``Shape``, or None (computed); None if the parts' lengths are unknown."""
+    node = t.inputs[0] if isinstance(t, gs.Variable) and t.inputs else None
+    parts = node.inputs if node is not None and node.op == "Concat" else [t]
+    out: list[object] = []
+    for part in parts:
+        v = ctx.folder.value(part)
+        if v is not None:
+            out.extend(int(i) for i in np.asarray(v).reshape(-1))
+            continue
+        picked = _shape_axes(ctx, part, x)
+        if picked is not None:
+            out.extend(("shape", i) for i in picked)
+            continue
+        if part.shape is None or len(part.shape) != 1 or not isinstance(part.shape[0], (int, np.integer)):
+            return None
+        out.extend([None] * int(part.shape[0]))
+    return out if len(out) == count else None
+
+
+def _gather_axis(b: Builder, x: gs.Tensor, k: int, rank: int, n_in: gs.Tensor, n_out: gs.Tensor, scale: gs.Tensor,
+                 mode: str, a: float, exclude: bool, ct: np.dtype) -> gs.Tensor:
+    """Resize axis ``k`` of ``x`` from n_in to n_out: [n_out, 4] taps and weights, one Gather."""
+    def c(v: object) -> gs.Constant:
+        return b.const(np.asarray(v, F32))
+
+    count = b.reshape(n_out, np.array([], np.int64))
+    o = b.unsqueeze(b.cast(b.op("Range", [np.array(0, np.int64), count, np.array(1, np.int64)], dtype=np.int64), F32), [1])
+    n_in_f = b.cast(n_in, F32)
+    if mode == "align_corners":  # x * (in - 1) / (out - 1); out = 1 reads coordinate 0
+        den = b.op("Max", [b.op("Sub", [b.cast(n_out, F32), c(1.0)]), c(1.0)])
+        coord = b.op("Div", [b.op("Mul", [o, b.op("Sub", [n_in_f, c(1.0)])]), den])
+    elif mode == "asymmetric":
+        coord = b.op("Div", [o, scale])
+    else:
+        coord = b.op("Sub", [b.op("Div", [b.op("Add", [o, c(0.5)]), scale]), c(0.5)])
+        if mode == "pytorch_half_pixel":  # out = 1 reads coordinate 0
+            coord = b.op("Mul", [coord, b.cast(b.op("Greater", [n_out, np.array([1], np.int64)]), F32)])
+    base = b.op("Floor", [coord])
+    offsets = c(np.reshape(TAPS, (1, 4)))
+    d = b.op("Abs", [b.op("Sub", [b.op("Sub", [coord, base]), offsets])])  # [n_out, 4]
+    near = b.op("Add", [b.op("Mul", [b.op("Mul", [b.op("Sub", [b.op("Mul", [d, c(a + 2)]), c(a + 3)]), d]), d]), c(1.0)])
+    far = b.op("Mul", [b.op("Sub", [b.op("Mul", [d, c(a)]), c(5 * a)]), d])
+    far = b.op("Sub", [b.op("Mul", [b.op("Add", [far, c(8 * a)]), d]), c(4 * a)])
+    weights = b.op("Add", [b.op("Mul", [near, c([[0, 1, 1, 0]])]), b.op("Mul", [far, c([[1, 0, 0, 1]])])])
+    taps = b.op("Add", [base, offsets])
+    index = b.op("Min", [b.op("Max", [taps, c(0.0)]), b.op("Sub", [n_in_f, c(1.0)])])
+    if exclude:  # taps outside the input weigh 0, the rest are renormalised
+        weights = b.op("Mul", [weights, b.cast(b.op("Equal", [index, taps]), F32)])
+        weights = b.op("Div", [weights, b.reduce("ReduceSum", weights, [1], keepdims=True)])
+    picked = b.op("Gather", [x, b.cast(index, np.int32)], {"axis": k})  # axis k -> [n_out, 4]
+    if ct != F32:
+        weights = b.cast(weights, ct)
+    trailing = rank - 1 - k
+    if trailing:
+        weights = b.unsqueeze(weights, list(range(2, 2 + trailing)))
+    return b.reduce("ReduceSum", b.op("Mul", [picked, weights]), [k + 1], keepdims=False)
 
 
 PASS = Pass(
