@@ -44,8 +44,9 @@ pixel spreads along its whole row/column, where Resize only spreads it over 4 ta
 Runtime output size (DINOv2 at a dynamic image size: ``sizes`` computed from the image's H/W) or
 runtime input length: per resized axis a 4-tap Gather form (Range of output indices, the same
 coordinates, Floor + Keys weights, clamped taps gathered along the axis, Mul + ReduceSum). Output
-lengths must be integer shape arithmetic: ``sizes``, or integer constant scales (n·s); Floor
-and float shape tensors are what parsers before 8.4 cannot compute shape tensors with.
+lengths must be integer shape arithmetic: ``sizes``, or integer constant scales (n·s), since the
+8.0-8.2 parsers cannot compute shape tensors with Unary layers such as Floor
+(parser_support.json ``shape_tensor_producers_parser_8_0_to_8_2``).
 
 Left as findings (what to change is in the message): runtime lengths with a fractional or runtime
 scale (export with ``size=``), or with tf_crop_and_resize / tf_half_pixel_for_nn /
@@ -417,8 +418,7 @@ def _runtime_rewrite(node: gs.Node, ctx: Context, dtype: np.dtype, why: str) -> 
     """Per resized axis, at runtime: output coordinates from Range, floor + Keys weights of 4
     taps, a Gather of the clamped taps along the axis, Mul and ReduceSum. Output sizes must come
     from ``sizes`` (``F.interpolate(size=...)``) or integer constant scales (``scale_factor=2``),
-    so the output length is integer shape arithmetic (no Floor/float shape tensors, which
-    parsers before 8.4 cannot compute)."""
+    so the output length is integer shape arithmetic (8.0-8.2 compute no shape tensor with Floor)."""
     x = node.inputs[0]
     mode = str(_attr(node, "coordinate_transformation_mode", "half_pixel"))
     rank = len(x.shape)
