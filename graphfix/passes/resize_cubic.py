@@ -531,7 +531,7 @@ def _gather_axis(b: Builder, x: gs.Tensor, k: int, rank: int, n_in: gs.Tensor, n
 PASS = Pass(
     name="resize-cubic",
     order=18,
-    summary="Rewrite cubic Resize (rejected before 8.5) as per-axis interpolation-matrix MatMuls, exact to float.",
+    summary="Rewrite cubic Resize (rejected before 8.5) as interpolation-matrix MatMuls (static size) or a 4-tap Gather (runtime size).",
     ops=frozenset({"Resize"}),
     rules=(
         Rule(LIMIT, ">=7.0,<8.5", "Resize mode 'cubic' is not supported", _is_cubic, error="resize-cubic",
