@@ -105,7 +105,7 @@ def test_written_model_loads_in_onnxruntime_and_keeps_io(tmp_path):
 
 
 @pytest.mark.parametrize("name,hint", [
-    ("nope", "unknown pass 'nope'; 'graphfix passes' lists the 28 passes$"),
+    ("nope", "unknown pass 'nope'; 'graphfix passes' lists the 29 passes$"),
     ("fold-clp", "unknown pass 'fold-clp'; did you mean 'fold-clip'\\?$"),
     ("gelu_decompose", "did you mean 'gelu-decompose'\\?$"),
     ("scatter-decompose", "did you mean 'scatternd-decompose' or 'scatterelements-decompose'\\?$"),
