@@ -27,8 +27,9 @@ from graphfix.errors import GraphfixError
 
 #: Exit codes: 0 done, 1 --strict failure / check found blocking nodes, 2 bad input,
 #: 3 a bug in graphfix (one line; --verbose shows the traceback), 4 written but the --trt target
-#: still rejects it (graphfix/commands/fix.py says why), 130 SIGINT, 143 SIGTERM.
-EXIT_BUG, EXIT_INTERRUPTED, EXIT_TERMINATED = 3, 130, 143
+#: still rejects it (graphfix/commands/fix.py says why), 130 SIGINT, 143 SIGTERM, 141 the reader
+#: of the output went away (``graphfix passes | head -1``; as SIGPIPE would).
+EXIT_BUG, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_BROKEN_PIPE = 3, 130, 143, 141
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal_raised(reset=True)
     try:
         with signals_as_exceptions(redeliver=False):
-            code = _main(args_list)
+            code = _main(args_list, verbose)
     except BaseException as exc:  # noqa: BLE001 - every way out is one line and an exit code
         code = _exit(exc, verbose)
     if argv is None:  # the process is ours: a late signal must not turn this exit code into a kill
@@ -95,6 +96,9 @@ def _exit(exc: BaseException, verbose: bool) -> int:
         if received == signal.SIGTERM or isinstance(exc, Terminated):
             return _say("graphfix: terminated", EXIT_TERMINATED)
         return _say("graphfix: interrupted", EXIT_INTERRUPTED)
+    if isinstance(exc, BrokenPipeError):  # the reader has what it wanted: a normal end, no message
+        discard_stdout()
+        return EXIT_BROKEN_PIPE
     if verbose or not isinstance(exc, Exception):
         raise exc
     if isinstance(exc, GraphfixError):
@@ -105,6 +109,14 @@ def _exit(exc: BaseException, verbose: bool) -> int:
                 "(a bug in graphfix; --verbose shows the traceback)", EXIT_BUG)
 
 
+def discard_stdout() -> None:
+    """Standard output to /dev/null once its reader has closed the pipe (the buffered rest would
+    fail again at the final flush)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def _say(line: str, code: int) -> int:
     """One line, whatever the message quotes (a tensor name may hold a newline or an escape)."""
     line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
@@ -113,11 +125,11 @@ def _say(line: str, code: int) -> int:
     return code
 
 
-def _main(args_list: list[str]) -> int:
+def _main(args_list: list[str], verbose: bool) -> int:
     if args_list and args_list[0] not in COMMANDS and not args_list[0].startswith("-"):
         args_list.insert(0, "fix")
-    with deferred_signals():  # a signal now is delivered once the imports are done
-        parser = build_parser()
+    with deferred_signals(), contextlib.nullcontext() if verbose else _stderr_silenced():
+        parser = build_parser()  # a signal now is delivered once the imports are done
         _preload()
     args = parser.parse_args(args_list)
     if args.command is None:
@@ -143,21 +155,42 @@ def _preload() -> None:
 
 
 @contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 on /dev/null: onnxruntime's C++ code logs at import, before its logger
+    can be configured ("Failed to persist telemetry device ID" when HOME is not writable). A
+    failed import still raises, and graphfix reports that in its one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+@contextlib.contextmanager
 def quiet_libraries() -> Iterator[None]:
-    """onnxruntime's coloured C++ log, polygraphy's ``[!]``/``[W]`` lines and Python warnings do
-    not reach the terminal: graphfix reports failures itself, in one line."""
+    """onnxruntime's coloured C++ log, polygraphy's ``[!]``/``[W]`` lines, onnx-graphsurgeon's
+    ``[W]``/``[E]`` lines (printed on stdout, mixed with the table) and Python warnings do not
+    reach the terminal: graphfix reports failures itself, in one line."""
     import logging
     import warnings
 
     import onnxruntime
+    from onnx_graphsurgeon.logger import G_LOGGER as GS_LOGGER
     from polygraphy.logger import G_LOGGER
 
     onnxruntime.set_default_logger_severity(4)  # FATAL only
     py_logger = logging.getLogger("Polygraphy")
-    saved = (G_LOGGER.use_python_logging_system, G_LOGGER.colors, py_logger.propagate, list(py_logger.handlers))
+    saved = (G_LOGGER.use_python_logging_system, G_LOGGER.colors, py_logger.propagate, list(py_logger.handlers),
+             GS_LOGGER.severity)
     G_LOGGER.use_python_logging_system, G_LOGGER.colors = True, False
     py_logger.propagate = False
     py_logger.handlers = [logging.NullHandler()]
+    GS_LOGGER.severity = GS_LOGGER.CRITICAL + 1  # its critical() raises; the rest is noise here
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -165,6 +198,7 @@ def quiet_libraries() -> Iterator[None]:
     finally:
         G_LOGGER.use_python_logging_system, G_LOGGER.colors = saved[0], saved[1]
         py_logger.propagate, py_logger.handlers = saved[2], saved[3]
+        GS_LOGGER.severity = saved[4]
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ files, because one protobuf message cannot exceed 2 GiB. graphfix never loads th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -192,7 +193,12 @@ class DataPlan:
                 fh.write(np.ascontiguousarray(numpy_helper.to_array(t)).tobytes())
         fh.truncate()
 
-    def stub(self, k: int, t: onnx.TensorProto) -> onnx.TensorProto | None:
+    def stubs(self, location: str) -> Callable[[int, onnx.TensorProto], onnx.TensorProto | None]:
+        """:meth:`stub` with the weights in ``location`` (the writer installs them under an interim
+        name first when the data file's own name still holds the previous model's weights)."""
+        return lambda k, t: self.stub(k, t, location)
+
+    def stub(self, k: int, t: onnx.TensorProto, location: str | None = None) -> onnx.TensorProto | None:
         """The reference written in the model for initializer ``k`` (None: written as it is)."""
         if k not in self.offsets:
             return None
@@ -201,7 +207,7 @@ class DataPlan:
         s.name, s.data_type = t.name, t.data_type
         s.dims.extend(t.dims)
         s.data_location = onnx.TensorProto.EXTERNAL
-        for key, value in (("location", self.data_name), ("offset", str(offset)), ("length", str(n))):
+        for key, value in (("location", location or self.data_name), ("offset", str(offset)), ("length", str(n))):
             e = s.external_data.add()
             e.key, e.value = key, value
         return s

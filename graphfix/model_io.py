@@ -210,7 +210,8 @@ def _undecodable_field(model: onnx.ModelProto) -> str | None:
 
 def _graph_problem(graph: onnx.GraphProto) -> str | None:
     """One walk over the graph and its subgraphs for what would break graphfix later: a name
-    protobuf could not decode as UTF-8 (it hands back bytes; a corrupt file), a declared dimension
+    protobuf could not decode as UTF-8 (it hands back bytes; a corrupt file), a string attribute
+    that is not UTF-8 (the importer decodes them), a declared dimension
     below 0 (onnx's shape inference aborts the process on those), an initializer or Constant value
     whose data does not hold prod(dims) elements (numpy's reshape would fail inside a pass)."""
     for kind, infos in (("input", graph.input), ("output", graph.output), ("value", graph.value_info)):
@@ -231,6 +232,8 @@ def _graph_problem(graph: onnx.GraphProto) -> str | None:
             bad = next(t for t in (n.name, n.op_type, n.domain, *n.input, *n.output) if not isinstance(t, str))
             return f"a node name or tensor name is not valid UTF-8 ({bad[:40]!r})"
         for a in n.attribute:
+            if not _utf8(a.s) or not all(_utf8(s) for s in a.strings):
+                return f"attribute '{a.name}' of node '{n.name or n.op_type}' is a string that is not valid UTF-8"
             if a.HasField("t"):
                 tensors.append(a.t)
             tensors.extend(a.tensors)
@@ -247,6 +250,15 @@ def _graph_problem(graph: onnx.GraphProto) -> str | None:
         if found:
             return found
     return None
+
+
+def _utf8(value: bytes) -> bool:
+    """ONNX string attributes are UTF-8 text held as bytes (the importer decodes them)."""
+    try:
+        value.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _size_problem(t: onnx.TensorProto) -> str | None:
@@ -417,9 +429,13 @@ def save_model(model: onnx.ModelProto | Assembled, path: str | os.PathLike, base
     data = paths.data_path(path, external_data)
     plan = external.DataPlan(model, None if base_dir is None else Path(base_dir),
                              os.path.relpath(data, Path(path).parent))
-    with atomic.transaction():
-        write_atomic(data, plan.write_data, "external data")
-        write_atomic(path, lambda fh: write_streamed(model, fh, plan.stub))
+
+    def naming(location: str) -> atomic.Data:  # the model with its weights in ``location``
+        return lambda fh: write_streamed(model, fh, plan.stubs(location))
+
+    with atomic.transaction() as tx:
+        weights = tx.stage(data, plan.write_data, "external data")
+        tx.stage(path, naming(plan.data_name), data_file=weights, naming=naming)
     return str(data)
 
 

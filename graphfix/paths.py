@@ -9,8 +9,9 @@ external-data file, each report and its polygraphy sidecars, the TensorRT engine
   ``./in.onnx``, ``sub/../in.onnx``, a symlink or a hard link to it (same device and inode);
 - two writes onto the same file (``--report r.json --report r.inputs.json`` collides with the
   first report's sidecar);
-- a write target that is a directory or not a regular file, a missing or unwritable folder
-  (probed by creating a file, since ``os.access`` says yes to root on read-only mounts);
+- a write target that is a directory or not a regular file (a FIFO, a device, a link to one, a
+  symlink loop), a missing or unwritable folder (probed by creating a file, since ``os.access``
+  says yes to root on read-only mounts), a name longer than the filesystem takes;
 - a report extension other than ``.json``/``.md``/``.html``;
 - inputs that are missing, directories, devices or FIFOs (``/dev/zero`` would be read forever),
   or larger than protobuf can parse;
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import onnx
 
-from graphfix.atomic import first_line
+from graphfix.atomic import aux_name_bytes, file_kind, first_line, writable_target
 from graphfix.errors import GraphfixError
 
 #: protobuf cannot parse or serialise a message of 2 GiB or more. A model file, or a model with
@@ -82,7 +83,7 @@ def check_readable(path: str | os.PathLike, role: str = "input", limit: int | No
     if stat.S_ISDIR(st.st_mode):
         raise GraphfixError(f"is a directory, not {_article(role)}", str(p))
     if not (stat.S_ISREG(st.st_mode) or (allow_pipe and stat.S_ISFIFO(st.st_mode))):
-        raise GraphfixError(f"not a regular file ({_kind(st.st_mode)}); graphfix reads {role}s only from regular files", str(p))
+        raise GraphfixError(f"not a regular file ({file_kind(st.st_mode)}); graphfix reads {role}s only from regular files", str(p))
     if not os.access(p, os.R_OK):
         raise GraphfixError(f"cannot read {role} (permission denied)", str(p))
     if limit is not None and stat.S_ISREG(st.st_mode) and st.st_size > limit:
@@ -92,14 +93,6 @@ def check_readable(path: str | os.PathLike, role: str = "input", limit: int | No
 
 def _article(role: str) -> str:
     return f"an {role}" if role[:1] in "aeiou" else f"a {role}"
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a plain file"
 
 
 def check_model_file(path: str | os.PathLike) -> Path:
@@ -139,8 +132,10 @@ def external_data(path: str | os.PathLike) -> list[ExternalTensor]:
         location = info.get("location", "")
         name = tensor.name or "<unnamed>"
         where = f"external data location {location!r} of tensor '{name}'"
-        if not isinstance(location, str) or not isinstance(name, str):
-            raise GraphfixError("an external-data tensor's name or location is not valid UTF-8", str(p))
+        if not isinstance(name, str):
+            raise GraphfixError("an external-data tensor's name is not valid UTF-8", str(p))
+        if not all(isinstance(e.key, str) and isinstance(e.value, str) for e in tensor.external_data):
+            raise GraphfixError(f"an external-data entry (key or value) of tensor '{name}' is not valid UTF-8", str(p))
         if not location:
             raise GraphfixError(f"tensor '{name}' is marked external but names no location", str(p))
         if os.path.isabs(location) or Path(location).drive:
@@ -209,20 +204,34 @@ def check_inputs_file(path: str | os.PathLike) -> Path:
 
 # ------------------------------------------------------------------------------ writes
 def check_writable(path: str | os.PathLike, role: str) -> Path:
-    """A regular file or nothing yet, in an existing folder graphfix can create files in."""
+    """A regular file or nothing yet, in an existing folder graphfix can create files in, with a
+    name the filesystem takes (and room beside it for the temp file graphfix renames into place)."""
     p = Path(path)
-    target = Path(os.path.realpath(p)) if p.is_symlink() else p
-    if str(path).endswith(os.sep) or target.is_dir():
+    if str(path).endswith(os.sep):
         raise GraphfixError(f"{role} path is a directory", str(p))
-    if target.exists() and not target.is_file():
-        raise GraphfixError(f"{role} path is not a regular file ({_kind(os.stat(target).st_mode)})", str(p))
-    parent = target.parent
-    if not parent.exists():
-        raise GraphfixError(f"{role} directory {parent} does not exist", str(p))
-    if not parent.is_dir():
-        raise GraphfixError(f"{role} directory {parent} is not a directory", str(p))
-    _probe(parent, role, p)
+    try:
+        _check_name(p, role, p)
+        target = writable_target(p, role)
+        if target != p:
+            _check_name(target, role, p)
+    except OSError as exc:  # a path too long, a folder we may not search
+        raise GraphfixError(f"cannot write {role} ({first_line(exc)})", str(p)) from exc
+    _probe(target.parent, role, p)
     return p
+
+
+def _check_name(target: Path, role: str, p: Path) -> None:
+    """The target's name, and the temp name beside it, fit the filesystem's limit."""
+    try:
+        limit = os.pathconf(target.parent if target.parent.is_dir() else ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    size = len(os.fsencode(target.name))
+    if size > limit:
+        raise GraphfixError(f"{role} file name is {size} bytes; the filesystem allows at most {limit}", str(p))
+    if aux_name_bytes(target.name) > limit:
+        raise GraphfixError(f"{role} file name leaves no room for graphfix's temp file beside it "
+                            f"(the filesystem allows {limit} bytes)", str(p))
 
 
 def _probe(folder: Path, role: str, p: Path) -> None:
@@ -330,11 +339,14 @@ def plan_fix(
 ) -> Plan:
     """Everything ``graphfix fix`` reads and writes, refused now if anything would go wrong."""
     plan = read_plan(model) if model is not None else Plan()
+    input_has_weights = len(plan.reads) > 1
     if load_inputs is not None:
         plan.reads.append(Use("--load-inputs file", check_inputs_file(load_inputs)))
     if output is not None:
         plan.writes.append(Use("the output", check_writable(output, "output")))
         data = data_path(output, external_data)
+        if external_data is not None or input_has_weights:  # it will be written
+            check_writable(data, "external data")
         plan.writes.append(Use(f"the output's external data {data.name}", data))
     for r in reports:
         plan.writes.append(Use(f"--report {r}", check_writable(r, "report")))

@@ -75,7 +75,10 @@ def _parse(param: str) -> ast.AST | None:
 
 
 def dynamic_dims(model: onnx.ModelProto, given: Shapes) -> dict[str, list[ast.AST | int | None]]:
-    """Per graph input not in ``given``: each dim as an int, a parsed expression, or None (free)."""
+    """Per graph input not in ``given``: each dim as an int, a parsed expression, or None (free).
+    A symbol a given input's dim is named by takes its value everywhere (``--input-shapes
+    input_ids:1x16`` sets the ``batch``/``sequence`` of ``attention_mask`` too)."""
+    bound = bound_symbols(model, given)
     inits = {t.name for t in model.graph.initializer}
     dims: dict[str, list[ast.AST | int | None]] = {}
     for k, vi in enumerate(model.graph.input):
@@ -85,13 +88,51 @@ def dynamic_dims(model: onnx.ModelProto, given: Shapes) -> dict[str, list[ast.AS
         for j, d in enumerate(vi.type.tensor_type.shape.dim):
             if d.HasField("dim_value"):
                 row.append(d.dim_value)
-            elif d.dim_param:
-                row.append(_parse(d.dim_param) or ast.parse(f"_unnamed_{k}_{j}", mode="eval"))
-            else:
-                row.append(ast.parse(f"_unnamed_{k}_{j}", mode="eval"))
+                continue
+            expr = (_parse(d.dim_param) if d.dim_param else None) or ast.parse(f"_unnamed_{k}_{j}", mode="eval")
+            row.append(_eval(expr, bound) if _symbols(expr) <= set(bound) else _bind(expr, bound))
         if any(not isinstance(d, int) for d in row):
             dims[vi.name] = row
     return dims
+
+
+def bound_symbols(model: onnx.ModelProto, given: Shapes) -> dict[str, int]:
+    """Dim names of the given inputs that are plain symbols, with the given values."""
+    bound: dict[str, int] = {}
+    for vi in model.graph.input:
+        if vi.name not in given or not vi.type.HasField("tensor_type"):
+            continue
+        for d, v in zip(vi.type.tensor_type.shape.dim, given[vi.name], strict=False):
+            if d.dim_param and d.dim_param.isidentifier():
+                bound.setdefault(d.dim_param, int(v))
+    return bound
+
+
+def complete(model: onnx.ModelProto, given: Shapes) -> Shapes:
+    """``given`` plus every other input whose dims the given ones determine."""
+    rows = dynamic_dims(model, given)
+    inits = {t.name for t in model.graph.initializer}
+    done = dict(given)
+    for vi in model.graph.input:
+        if vi.name in inits or vi.name in given or vi.name in rows or not vi.type.HasField("tensor_type"):
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if any(not d.HasField("dim_value") for d in dims):  # dynamic, and fully bound by the given names
+            bound = bound_symbols(model, given)
+            done[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else _eval(_parse(d.dim_param), bound) for d in dims)
+    return done
+
+
+class _Bind(ast.NodeTransformer):
+    def __init__(self, bound: dict[str, int]) -> None:
+        self.bound = bound
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802 - ast's visitor naming
+        return ast.Constant(self.bound[node.id]) if node.id in self.bound else node
+
+
+def _bind(expr: ast.AST, bound: dict[str, int]) -> ast.AST:
+    return _Bind(bound).visit(expr) if bound else expr
 
 
 def candidate(dims: dict[str, list], value: int) -> Shapes | None:
@@ -108,14 +149,16 @@ def candidate(dims: dict[str, list], value: int) -> Shapes | None:
 
 
 def roles(model: onnx.ModelProto, dims: dict[str, list]) -> dict[str, str]:
-    """Per free symbol: batch (first dim), image (last two dims of a 4-D float input) or length."""
+    """Per free symbol: batch (first dim), image (the last two dims of a 4-D float input, both
+    dynamic: SAM's points [b, p, n, 2] are not an image) or length."""
     floats = {vi.name for vi in model.graph.input if vi.type.tensor_type.elem_type in _FLOAT_TYPES}
     found: dict[str, str] = {}
     for name, row in dims.items():
         for j, d in enumerate(row):
             if isinstance(d, int):
                 continue
-            role = "batch" if j == 0 and len(row) > 1 else "image" if len(row) == 4 and j >= 2 and name in floats else "length"
+            image = len(row) == 4 and j >= 2 and name in floats and not any(isinstance(x, int) for x in row[2:])
+            role = "batch" if j == 0 and len(row) > 1 else "image" if image else "length"
             for sym in _symbols(d):
                 if found.get(sym) in (None, "length"):
                     found[sym] = role
@@ -182,6 +225,7 @@ def choose(model: onnx.ModelProto, given: list[Shapes], runs, where: str | None 
     ``runs(shapes) -> str | None`` runs the input model at those shapes and returns why they cannot
     be used (an error, nondeterministic or degenerate outputs), if anything.
     """
+    given = [complete(model, g) for g in given]
     base = given[0] if given else {}
     dims = dynamic_dims(model, base)
     if not dims:

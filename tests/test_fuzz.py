@@ -4,8 +4,9 @@ locations — each run through ``graphfix.cli.main`` in-process. Every run must 
 2, never a traceback; on exit 2 exactly one line on stderr (captured at the file-descriptor
 level) and no output file, report, sidecar or temp file; the input and its weights unchanged.
 
-CI profile: 2000 mutations (about 10 s here); ``pytest -m slow``: 20000 (``GRAPHFIX_FUZZ=N`` for
-another count).
+CI profile: 2000 mutations (about 10 s here); ``pytest -m slow``: a collecting run over several
+seeds, 100000 mutations (``GRAPHFIX_FUZZ=N`` for another count), that records every broken
+promise (an exit 3 above all) instead of stopping at the first, and lists them at the end.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -212,7 +214,9 @@ def _digest(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
-def fuzz(count: int, seed: int, work: Path, capfd) -> dict[int, int]:
+def fuzz(count: int, seed: int, work: Path, capfd, found: list[str] | None = None) -> dict[int, int]:
+    """``count`` mutated models through the CLI. Each broken promise fails the test at once, or,
+    given ``found``, is recorded there and the run goes on (the case's folder is kept)."""
     rng = np.random.default_rng(seed)
     seeds = _seeds()
     ext_dir = work / "ext"
@@ -229,24 +233,37 @@ def fuzz(count: int, seed: int, work: Path, capfd) -> dict[int, int]:
         data, what = mutate(original, rng)
         src = case / "in.onnx"
         src.write_bytes(data)
-        before = {p.name: _digest(p) for p in case.iterdir()}
-        dst, rep = case / "out.onnx", case / "r.json"
         extra = OPTIONS[int(rng.integers(len(OPTIONS)))]
-        rc = main([str(src), str(dst), "--quiet", "--report", str(rep), *extra])
-        err = capfd.readouterr().err
-        label = f"case {k} ({name}: {what}; {' '.join(extra)}) exit {rc}: {err!r}"
-        assert rc in (0, 2, 4), label  # 4: written, but the --trt target still rejects it
-        assert "Traceback" not in err, label
-        assert {p.name: _digest(p) for p in case.iterdir() if p.name in before} == before, label
-        if rc == 2:
-            assert len(err.strip().splitlines()) == 1 and err.startswith("graphfix: error: "), label
-            assert sorted(p.name for p in case.iterdir()) == sorted(before), label
-        else:
-            onnx.checker.check_model(onnx.load(str(dst)))
-            assert rep.exists() and not [p for p in case.iterdir() if p.name.startswith(".")], label
+        try:
+            rc = _check_case(case, extra, capfd, f"seed {seed} case {k} ({name}: {what}; {' '.join(extra)})")
+        except AssertionError as failed:
+            if found is None:
+                raise
+            found.append(str(failed).splitlines()[0])
+            continue
         codes[rc] = codes.get(rc, 0) + 1
         shutil.rmtree(case)
     return codes
+
+
+def _check_case(case: Path, extra: list[str], capfd, label: str) -> int:
+    """One run on ``case/in.onnx``: exit 0 with the files written, or exit 2 with one line and
+    nothing written; the input and its weights untouched either way."""
+    before = {p.name: _digest(p) for p in case.iterdir()}
+    dst, rep = case / "out.onnx", case / "r.json"
+    rc = main([str(case / "in.onnx"), str(dst), "--quiet", "--report", str(rep), *extra])
+    err = capfd.readouterr().err
+    label = f"{label} exit {rc}: {err!r}"
+    assert rc in (0, 2, 4), label  # 4: written, but the --trt target still rejects it
+    assert "Traceback" not in err, label
+    assert {p.name: _digest(p) for p in case.iterdir() if p.name in before} == before, label
+    if rc == 2:
+        assert len(err.strip().splitlines()) == 1 and err.startswith("graphfix: error: "), label
+        assert sorted(p.name for p in case.iterdir()) == sorted(before), label
+    else:
+        onnx.checker.check_model(onnx.load(str(dst)))
+        assert rep.exists() and not [p for p in case.iterdir() if p.name.startswith(".")], label
+    return rc
 
 
 def test_fuzz_cli(tmp_path, capfd):
@@ -254,6 +271,26 @@ def test_fuzz_cli(tmp_path, capfd):
     assert codes.get(0, 0) >= 100 and codes.get(2, 0) >= 1000, codes  # both paths are exercised
 
 
+#: Seeds of the collecting run; ``GRAPHFIX_FUZZ_SEEDS=7,11`` picks some (to run them in parallel).
+SLOW_SEEDS = (7, 11, 13, 17, 19)
+
+
 @pytest.mark.slow
-def test_fuzz_cli_slow(tmp_path, capfd):
-    fuzz(int(os.environ.get("GRAPHFIX_FUZZ", "20000")), 7, tmp_path, capfd)
+def test_fuzz_cli_collecting(tmp_path, capfd):
+    """``GRAPHFIX_FUZZ`` mutations (default 100000) over several seeds; every broken promise is
+    collected (exit 3 first among them) and all are listed at the end, none expected."""
+    seeds = [int(s) for s in os.environ.get("GRAPHFIX_FUZZ_SEEDS", ",".join(map(str, SLOW_SEEDS))).split(",")]
+    total = int(os.environ.get("GRAPHFIX_FUZZ", "100000"))
+    found: list[str] = []
+    codes: dict[int, int] = {}
+    started = time.monotonic()
+    for seed in seeds:
+        work = tmp_path / f"seed{seed}"
+        work.mkdir()
+        for rc, n in fuzz(-(-total // len(seeds)), seed, work, capfd, found).items():
+            codes[rc] = codes.get(rc, 0) + n
+    summary = f"{sum(codes.values()) + len(found)} mutations in {time.monotonic() - started:.0f} s, exits {codes}"
+    with capfd.disabled():
+        print(f"\nfuzz: {summary}, {len(found)} broken promise(s), "
+              f"{sum(' exit 3: ' in f for f in found)} exit 3")
+    assert not found, f"{summary}; {len(found)} broken:\n" + "\n".join(found[:50])

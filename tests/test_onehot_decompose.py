@@ -98,3 +98,12 @@ def test_random_onehot_equals_onnxruntime(case):
 @given(onehot_cases())
 def test_random_onehot_equals_onnxruntime_slow(case):
     _check_random(*case)
+
+
+def test_onehot_into_tile_repeats_is_rewritten_where_onehot_is_imported():
+    """IOneHotLayer cannot compute a shape tensor: SAM's repeat counts are rewritten at 8.6 and 10.1
+    too, while a OneHot on data is left to the importer there."""
+    for version in ("8.6", "10.1"):
+        result = passes.get("onehot-decompose").apply(FIXTURES["sam_repeat_counts"].build(), trt=version)
+        assert result.rewritten == 1 and "OneHot" not in [n.op_type for n in result.model.graph.node]
+        assert passes.get("onehot-decompose").apply(FIXTURES["one_hot_labels"].build(), trt=version).rewritten == 0

@@ -61,3 +61,24 @@ def test_candidates_where_the_original_is_unusable_are_skipped():
     choice: Choice = choose(model, [], runs)
     assert [s["pixel_values"][2] for s in choice.shapes] == [320, 384]
     assert seen[:2] == [(1, 3, 224, 224), (2, 3, 256, 256)]
+
+
+def test_a_dim_named_alike_takes_the_given_value_everywhere():
+    """--input-shapes input_ids:2x16 sets attention_mask's batch/sequence too (polygraphy users
+    give one input; the other shares its dim names)."""
+    result = graphfix.fix(str(REAL / "gpt_cumsum_positions.onnx"), "all", input_shapes={"input_ids": (2, 16)},
+                          val_range={"attention_mask": (0, 1)})
+    assert result.report.shapes["shapes"] == [{"input_ids": [2, 16], "attention_mask": [2, 16]}]
+    assert result.report.status == "ok"
+
+
+def test_expressions_over_given_names_are_evaluated():
+    from fixtures.recipes._onnx import FLOAT, inp, model, node, out
+    from graphfix.shapes import complete, dynamic_dims
+
+    m = model([node("Identity", ["a"], ["y"]), node("Identity", ["b"], ["z"]), node("Identity", ["c"], ["w"])],
+              [inp("a", FLOAT, ["batch", "seq"]), inp("b", FLOAT, ["batch", "2*seq"]), inp("c", FLOAT, ["batch", "other"])],
+              [out("y", FLOAT, ["batch", "seq"]), out("z", FLOAT, ["batch", "2*seq"]), out("w", FLOAT, ["batch", "other"])])
+    assert complete(m, {"a": (3, 5)}) == {"a": (3, 5), "b": (3, 10)}
+    rows = dynamic_dims(m, {"a": (3, 5)})
+    assert list(rows) == ["c"] and rows["c"][0] == 3  # batch bound, 'other' still free

@@ -90,3 +90,14 @@ def test_clip_with_computed_bounds_is_reported():
 
     result = passes.get("shape-tensor-ops").apply(m, trt="8.2")
     assert result.rewritten == 0 and "computed" in result.findings[0].message
+
+
+def test_constant_operands_are_folded():
+    """DINOv2's num_positions ** 0.5 exported as Pow(Constant 4.0, Constant 0.5) on a Reshape target."""
+    m = model([const("n", 4.0, np.float32), const("half", 0.5, np.float32), node("Pow", ["n", "half"], ["r"], name="/Pow"),
+               node("Cast", ["r"], ["ri"], to=7), const("ax", [0], np.int64), node("Unsqueeze", ["ri", "ax"], ["r1"]),
+               node("Concat", ["r1", "r1"], ["target"], axis=0), node("Reshape", ["x", "target"], ["y"])],
+              [inp("x", FLOAT, [4])], [out("y", FLOAT, [2, 2])])
+    assert any(f.fix_pass == "shape-tensor-ops" for f in check_model(m, "8.2").findings)
+    result = check_rewrite(m, "shape-tensor-ops", {"x": np.arange(4, dtype=np.float32)}, trt="8.2")
+    assert "Pow" not in [n.op_type for n in result.model.graph.node]

@@ -21,6 +21,7 @@ from graphfix.errors import GraphfixError
 from graphfix.model_io import load_model
 from graphfix.report import group_by, grouped, md_cell
 from graphfix.trt.check import BLOCKING, check_model
+from graphfix.trt.support import resolve
 
 CLEAN, FIXABLE, BLOCKED, ERROR = "clean", "fixable", "blocked", "error"
 #: Passes a terminal cell names before "+N" (CSV, JSON and Markdown name every one).
@@ -44,10 +45,10 @@ def run(args: argparse.Namespace) -> int:
         raise GraphfixError(f"--trt {args.trt!r} names no release")
     if args.jobs < 1:
         raise GraphfixError(f"--jobs {args.jobs}: must be a whole number >= 1")
+    for v in versions:
+        resolve(v)  # a version typo ('86') is refused before any model is read
     if len(args.model) == 1 and len(versions) == 1 and not Path(args.model[0]).is_dir() and not (args.csv or args.md):
         return _single(args.model[0], versions[0], args.json)
-    for v in versions:
-        _version(v)
     rows = _rows(_models(args.model), versions, args.jobs)
     if args.json:
         print(json.dumps({"releases": versions, "models": rows}, indent=2))
@@ -63,15 +64,6 @@ def _single(model: str, version: str, as_json: bool) -> int:
     report = check_model(load_model(model), version)
     print(json.dumps(report.as_dict(), indent=2) if as_json else render(report, model))
     return 1 if report.blocking else 0
-
-
-def _version(text: str) -> None:
-    from graphfix.trt.versions import TrtVersion
-
-    try:
-        TrtVersion(text)
-    except ValueError as exc:
-        raise GraphfixError(f"--trt: {exc}") from exc
 
 
 def _models(items: list[str]) -> list[str]:

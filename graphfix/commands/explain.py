@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 
 import onnx
 
@@ -51,7 +53,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read(path: str) -> str:
-    """The log (a file, a pipe, or '-' for stdin), at most MAX_LOG_BYTES."""
+    """The log (a file, a pipe, or '-' for stdin), at most MAX_LOG_BYTES.
+
+    A pipe is read, not refused (``graphfix explain <(trtexec ...)``, a named FIFO with the build
+    writing to it), but only while something writes to it: a FIFO with no writer is refused at
+    once instead of waiting forever for one."""
     from graphfix.paths import MAX_LOG_BYTES, check_readable
 
     if path == "-":
@@ -61,13 +67,39 @@ def _read(path: str) -> str:
     else:
         check_readable(path, "log", allow_pipe=True)
         try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read(MAX_LOG_BYTES + 1)
+            data = _read_bytes(path, MAX_LOG_BYTES + 1)
         except OSError as exc:
             raise GraphfixError(f"cannot read log ({first_line(exc)})", path) from exc
+        text = data.decode("utf-8", errors="replace")
     if len(text) > MAX_LOG_BYTES:
         raise GraphfixError(f"log is larger than {MAX_LOG_BYTES >> 20} MiB; pass the part with the errors (e.g. grep -B5 -A5 ERROR)", path)
     return text
+
+
+def _read_bytes(path: str, limit: int) -> bytes:
+    """Up to ``limit`` bytes. Opened without blocking: on a FIFO that has no writer the open
+    returns and the first read says end-of-file (a writer that is there but silent: EAGAIN)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb", buffering=0) as fh:
+        first = b""
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            try:
+                first = os.read(fd, min(limit, 1 << 16))
+            except BlockingIOError:
+                pass  # a writer is there and has not written yet
+            else:
+                if not first:
+                    raise GraphfixError("a FIFO with no writer: start the program that writes the log first, "
+                                        "or pipe the log into 'graphfix explain -'", path)
+        os.set_blocking(fd, True)
+        chunks, size = [first], len(first)
+        while size < limit:
+            chunk = fh.read(min(limit - size, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
 
 
 def _in_model(model: onnx.ModelProto, m: ErrorMatch) -> bool:

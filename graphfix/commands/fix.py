@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 import time
@@ -16,6 +15,7 @@ from graphfix.errors import GraphfixError
 from graphfix.model_io import Assembled, first_line, save_model
 from graphfix.report import ERROR, ROLLED_BACK
 from graphfix.trt import engine as trt_engine
+from graphfix.trt import support as trt_support
 from graphfix.trt.engine import command_lines, covering_profile, parse_profile_shapes
 from graphfix.verify import parse_input_shapes, parse_shape_sets, parse_val_ranges
 
@@ -146,11 +146,13 @@ def run(args: argparse.Namespace) -> int:
     val_range = parse_val_ranges(args.val_range)
     options.check_settings(passes=args.passes, iterations=args.iterations, seed=args.seed, atol=args.atol, rtol=args.rtol,
                            val_range=val_range)
+    if args.trt is not None:
+        trt_support.resolve(args.trt)  # a typo ('86') is refused before any work
     profile = parse_profile_shapes(args.trt_min_shapes, args.trt_opt_shapes, args.trt_max_shapes)
     if args.build and not trt_engine.tensorrt_available():
         raise GraphfixError(f"--build: {trt_engine.MISSING}")
-    paths.plan_fix(args.input, args.output, args.report, load_inputs=args.load_inputs, engine=args.build,
-                   external_data=args.external_data, sidecar_files=not args.no_verify)
+    plan = paths.plan_fix(args.input, args.output, args.report, load_inputs=args.load_inputs, engine=args.build,
+                          external_data=args.external_data, sidecar_files=not args.no_verify)
     status = None if args.quiet else _Progress()
     try:
         result = fix(
@@ -174,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         result.report.engine = {"commands": command_lines(args.output, engine_path, profile, args.fp16,
                                                           _reference_files(result, args))}
     atomic.reraise_swallowed_signal()
-    with atomic.Transaction() as tx:
+    with atomic.Transaction(lock=plan.write_paths()) as tx:
         save_model(result.outcome.fixed, args.output, result.outcome.base_dir, args.external_data)
         if args.build:
             tx.commit()  # TensorRT parses the model from disk; a failure below still removes it
@@ -233,7 +235,9 @@ def _finish(result: FixResult, args: argparse.Namespace) -> None:
     try:
         _print(result, args)
     except BrokenPipeError:  # `graphfix ... | head`: the files are written, the run succeeded
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        from graphfix.cli import discard_stdout
+
+        discard_stdout()
 
 
 def blocked_summary(report: report_mod.Report) -> list[str]:
@@ -254,7 +258,8 @@ def blocked_summary(report: report_mod.Report) -> list[str]:
                      "meant for, give real ones with --input-shapes NAME:1x3x224x224 (and --val-range for indices)")
     without = [f for f in left if not f.get("fix_pass")]
     if without:
-        lines.append(f"  {len(without)} finding(s) have no graphfix rewrite: each line above says what to change upstream")
+        lines.append(f"  {len(without)} finding(s) have no graphfix rewrite; `graphfix check {report.output} --trt "
+                     f"{report.trt['version']}` says what to change upstream for each")
     return lines
 
 

@@ -41,11 +41,18 @@ def _described(t: gs.Variable, dtype: Any = None, shape: Sequence[int | str | No
     return t
 
 
+def stored(graph: gs.Graph, name: str) -> Any:
+    """What graphfix stored on ``graph`` under ``name``, or None. Not ``getattr``: a gs.Graph
+    looks a missing attribute up in its function registry and logs "[E] Function: ... was not
+    registered" on stdout first."""
+    return graph.__dict__.get(name)
+
+
 def _names(root: gs.Graph) -> set[str]:
     """Every node and tensor name of ``root`` and its bodies, collected once per graph and kept on
     it: the names builders hand out are added as they go. (Names made outside builders, such as
     replace_tensor's ``__replaced``/``/gf.Identity``, never end in ``_<n>`` as builder names do.)"""
-    taken = getattr(root, "gf_names", None)
+    taken = stored(root, "gf_names")
     if taken is None:
         from graphfix.graph.convert import all_graphs
 
@@ -86,7 +93,14 @@ class Builder:
 
     # ------------------------------------------------------------------ tensors
     def const(self, value: Any, dtype: Any = None, hint: str = "const") -> gs.Constant:
+        """A new initializer. Of numbers only: a pass deriving a constant's type from a STRING
+        tensor (a Clip on a string input, which onnxruntime would refuse) leaves the node as it
+        is, with a finding; a string initializer could not be exported."""
         arr = np.asarray(value, dtype=dtype)
+        if arr.dtype.kind in "OSU":
+            from graphfix.passes.base import Skip
+
+            raise Skip("the rewrite would need a constant of string type; graphfix rewrites numeric tensors only")
         if arr.dtype == np.float64 and dtype is None and not isinstance(value, (np.ndarray, np.generic)):
             arr = arr.astype(np.float32)  # Python floats mean float32; numpy arrays keep their type
         return gs.Constant(self.name(hint), arr if arr.flags.c_contiguous else arr.copy(order="C"))

@@ -9,6 +9,7 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
+from graphfix.graph.build import stored
 from graphfix.graph.edits import bodies, live_nodes, outer_reads
 from graphfix.graph.importer import all_graphs, fingerprint, import_typed
 from graphfix.model_io import Assembled, copy_fields, default_opset, weightless
@@ -104,7 +105,7 @@ def to_parts(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto | As
     (an :class:`~graphfix.model_io.Assembled` model) when the graph came from ``template``."""
     for g in list(all_graphs(graph)):
         _prune_and_sort(g)
-    source = getattr(graph, "gf_source", None)
+    source = stored(graph, "gf_source")
     if source is not None and source[0] is template and _same_signature(graph, template) and not template.graph.sparse_initializer:
         parts = _export_reusing(graph, template, source[1])
         parts.stub.ir_version = template.ir_version

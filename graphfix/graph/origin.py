@@ -89,3 +89,26 @@ class ValueOrigins:
             # a non-shape layer (MatMul, Softmax, ...) over input values computes data
             return Origin(DATA, [producer]) if producer.op not in SHAPE_OPS else Origin(INPUT)
         return Origin(SHAPE)
+
+
+#: How far forward a value is followed to the shape input it may feed.
+_REACH = 64
+
+
+def reaches_shape_input(start: gs.Tensor, through: frozenset[str] = frozenset()) -> bool:
+    """``start`` feeds a shape input (a Reshape target, Tile repeats, ...) through shape-capable
+    ops (and ``through``): a short forward walk that loads no values (data tensors reach a
+    Conv/MatMul within a few steps and stop there)."""
+    stack, seen = [start], set()
+    while stack and len(seen) < _REACH:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        for consumer in t.outputs:
+            for k, inp in enumerate(consumer.inputs):
+                if inp is t and k in SHAPE_INPUTS.get(consumer.op, ()):
+                    return True
+            if consumer.op in SHAPE_OPS or consumer.op in through:
+                stack.extend(consumer.outputs)
+    return False

@@ -6,6 +6,10 @@ support dynamic depth input"; gone in 8.6). ``F.one_hot`` exports to OneHot (cla
 label smoothing, token-type embeddings), and so does ``repeat_interleave`` with a traced count
 (SAM/MobileSAM mask decoders with a dynamic point count).
 
+A OneHot whose output feeds a shape input (SAM/MobileSAM ``repeat_interleave`` counts into Tile
+repeats) is rewritten on every release: IOneHotLayer cannot compute a shape tensor; the
+decomposition's Equal/Where/Range can, and a OneHot whose inputs fold becomes its value.
+
 Rewrite: indices are cast to INT64 (the spec casts non-integer indices), negative ones get
 ``+ depth`` (``[-depth, depth - 1]`` is the valid range), and are compared with ``arange(depth)``
 laid along ``axis``: a constant when depth folds, else ``Range(0, depth)``, a shape tensor every
@@ -20,6 +24,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import replace_tensor, tensor_dtype
+from graphfix.graph.origin import reaches_shape_input
 from graphfix.passes.base import LIMIT, NO_IMPORTER, Context, Pass, Rule, Skip
 
 
@@ -27,7 +32,15 @@ def _runtime_depth(node: gs.Node, ctx: Context) -> bool:
     return ctx.folder.value(node.inputs[1]) is None
 
 
+def _computes_shape(node: gs.Node, ctx: Context) -> bool:
+    return reaches_shape_input(node.outputs[0])
+
+
 def rewrite(node: gs.Node, ctx: Context) -> None:
+    folded = ctx.folder.value(node.outputs[0])
+    if folded is not None:  # SAM's repeat_interleave counts: a constant once its inputs are
+        replace_tensor(ctx.graph, node.outputs[0], ctx.builder.const(folded, hint="onehot"))
+        return
     indices, depth_in, values = node.inputs[:3]
     if indices.shape is None or tensor_dtype(indices) is None:
         raise Skip("indices rank or type is unknown (run shape inference upstream)")
@@ -69,6 +82,10 @@ PASS = Pass(
              evidence="operator table; importer source (first in 8.5.1)"),
         Rule(LIMIT, ">=8.5,<8.6", "OneHot depth is not a build-time constant (8.5 rejects a dynamic depth)", _runtime_depth,
              error="decomposable-op-missing", evidence="importer source 8.5 GA and 8.5.3"),
+        Rule(LIMIT, ">=8.5", "OneHot output computes a shape tensor (Tile repeats, Reshape target): IOneHotLayer cannot",
+             _computes_shape, error="layer-cannot-compute-shape-tensor",
+             evidence="importer source 8.5-GA/8.6-GA builtin_op_importers.cpp (OneHot -> addOneHot); TensorRT developer guide's "
+                      "shape-tensor layers do not include IOneHotLayer"),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",

@@ -72,11 +72,18 @@ def _computed_pads(node: gs.Node, ctx: Context) -> bool:
     return ctx.opset >= 11 and not (is_weights(node.inputs[1]) and is_weights(_optional(node, 2)))
 
 
+def _malformed(pads: np.ndarray, axes: list[int]) -> str | None:
+    """Pads that are not one begin and one end per axis (onnxruntime refuses the node too)."""
+    if pads.size == 2 * len(axes):
+        return None
+    return f"pads hold {pads.size} value(s), the padded axes need {2 * len(axes)}"
+
+
 def _outer_or_negative(node: gs.Node, ctx: Context) -> bool:
     """Padding of an axis before the last two, negative pads, or pads/rank not known."""
     _, pads, _, axes = _spec(node, ctx)
     rank = len(node.inputs[0].shape) if node.inputs[0].shape is not None else None
-    if pads is None or axes is None or rank is None:
+    if pads is None or axes is None or rank is None or _malformed(pads, axes):
         return True
     n = len(axes)
     padded = {axes[k] for k in range(n) if pads[k] != 0 or pads[n + k] != 0}
@@ -90,6 +97,9 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
         raise Skip("pads are computed from dynamic dims at runtime; graphfix rewrites only pads that fold to constants")
     if axes is None:
         raise Skip("input rank or axes unknown (run shape inference upstream)")
+    malformed = _malformed(pads, axes)
+    if malformed:
+        raise Skip(malformed)
     if value is None:
         value_tensor: gs.Tensor | None = node.inputs[2]
     else:

@@ -16,7 +16,9 @@ Rewrite (axes folded to constants; negative axes normalized):
 * ReduceL1 = ReduceSum(Abs), ReduceSumSquare = ReduceSum(x * x), ReduceL2 = Sqrt of that,
   ReduceLogSum = Log(ReduceSum), ReduceLogSumExp = m + Log(ReduceSum(Exp(x - m))) with m the max
   (as onnxruntime computes it: no overflow for large x);
-* ReduceMax/ReduceMin = TopK(K=1) along each axis in turn (keepdims), then Squeeze.
+* ReduceMax/ReduceMin = TopK(K=1) along each axis in turn (keepdims), then Squeeze; on integers
+  over static axes of at most ``PRODUCT_TERMS`` each, a Max/Min of slices instead, since the TopK
+  layer takes no INT32 before 8.6 (int-argmax-topk rewrites the TopK otherwise, when exact).
 
 * ReduceProd = a Mul of slices along static axes (up to ``PRODUCT_TERMS`` terms; Exp/Log would
   lose signs and zeros); over dynamic or longer axes it stays a finding.
@@ -71,11 +73,26 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
         y = b.product(x, axes, keep)
     elif node.op in _ORDER and dtype == np.bool_:  # TopK has no bool kernel: compare as 0/1 floats
         y = b.cast(b.extreme(b.cast(x, np.float32), axes, keep, largest=node.op == "ReduceMax"), np.bool_)
+    elif node.op in _ORDER and dtype.kind in "iu" and _short_static(x, axes):
+        y = _elementwise_extreme(b, x, axes, keep, "Max" if node.op == "ReduceMax" else "Min")
     elif node.op in _ORDER:
         y = b.extreme(x, axes, keep, largest=node.op == "ReduceMax")
     else:
         y = _sum_family(b, node.op, x, axes, keep, dtype)
     replace_tensor(ctx.graph, node.outputs[0], y)
+
+
+def _short_static(x: gs.Tensor, axes: list[int]) -> bool:
+    return all(isinstance(x.shape[a], int | np.integer) and 0 < x.shape[a] <= PRODUCT_TERMS for a in axes)
+
+
+def _elementwise_extreme(b: Builder, x: gs.Tensor, axes: list[int], keep: bool, op: str) -> gs.Tensor:
+    """Max/Min of the slices along each static axis in turn: exact for integers on every release."""
+    y = x
+    for axis in axes:
+        parts = [b.slice(y, [i], [i + 1], [axis]) for i in range(int(x.shape[axis]))]
+        y = parts[0] if len(parts) == 1 else b.op(op, parts)
+    return y if keep else b.squeeze(y, axes)
 
 
 def _sum(b: Builder, x: gs.Tensor, axes: list[int], keep: bool) -> gs.Tensor:

@@ -13,6 +13,8 @@ identity layer) and nothing else, exactly: Neg(x) = 0 - x; Abs(x) = Max(x, 0 - x
 Max(x, 0); Clip(x, lo, hi) = Min(Max(x, lo), hi) for constant bounds; Pow(x, n) for a constant
 integral n in 1..4 = x * ... * x; Floor(x) = t - (x < t) and Ceil(x) = t + (x > t) with
 t = Cast(Cast(x, int64)) (any rounding of the inner Cast within one unit gives the same result).
+A node whose inputs are all constants (DINOv2's ``num_positions ** 0.5`` as Pow(4.0, 0.5): the
+parser builds the layer rather than folding it) becomes its value.
 Only nodes whose values come from shapes or constants and that reach a shape input are matched;
 Sqrt and fractional powers have no such form: they are reported (``--fix-shapes`` folds them).
 """
@@ -23,13 +25,11 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import replace_tensor, tensor_dtype
-from graphfix.graph.origin import DATA, SHAPE_INPUTS, SHAPE_OPS, ValueOrigins
+from graphfix.graph.origin import DATA, ValueOrigins, reaches_shape_input
 from graphfix.passes.base import LIMIT, Context, Pass, Rule, Skip
 
 #: Ops the 8.0/8.2 parsers cannot compute shape tensors with, and that exports put on shape paths.
 OPS = frozenset({"Neg", "Abs", "Relu", "Floor", "Ceil", "Pow", "Clip", "Sqrt"})
-#: How far forward a shape value is followed to the shape input it feeds.
-_REACH = 64
 
 
 def _origins(ctx: Context) -> ValueOrigins:
@@ -41,22 +41,11 @@ def _origins(ctx: Context) -> ValueOrigins:
 
 
 def _computes_shape(node: gs.Node, ctx: Context) -> bool:
-    """The node's values come from shapes/constants/integer inputs and reach a shape input."""
-    if not node.inputs or not node.outputs or _origins(ctx).of(node.inputs[0]).kind == DATA:
+    """The node reaches a shape input (looked at first: a short forward walk that loads no
+    weights) and its values come from shapes/constants/integer inputs."""
+    if not node.inputs or not node.outputs or not reaches_shape_input(node.outputs[0], OPS):
         return False
-    stack, seen = [node.outputs[0]], set()
-    while stack and len(seen) < _REACH:
-        t = stack.pop()
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        for consumer in t.outputs:
-            for k, inp in enumerate(consumer.inputs):
-                if inp is t and k in SHAPE_INPUTS.get(consumer.op, ()):
-                    return True
-            if consumer.op in SHAPE_OPS or consumer.op in OPS:
-                stack.extend(consumer.outputs)
-    return False
+    return _origins(ctx).of(node.inputs[0]).kind != DATA
 
 
 def _exponent(node: gs.Node, ctx: Context) -> int | None:
@@ -83,6 +72,10 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     if dtype is None:
         raise Skip("input type unknown (run shape inference upstream)")
     b = ctx.builder
+    folded = ctx.folder.value(node.outputs[0])
+    if folded is not None:  # Pow(4.0, 0.5) of constants: the parser builds the layer anyway
+        replace_tensor(ctx.graph, node.outputs[0], b.const(folded.astype(dtype), hint="folded"))
+        return
     zero = b.const(np.zeros((), dtype), hint="zero")
     op = node.op
     if op == "Neg":

@@ -73,6 +73,11 @@ def resolve(requested: str) -> Release:
     except ValueError as exc:
         raise GraphfixError(f"--trt: {exc}") from exc
     documented = [v for v in versions() if "-EA" not in v]
+    newest = TrtVersion(documented[-1])
+    if want.parts[0] > newest.parts[0] + 1:  # "86" for 8.6: a typo, not a release years ahead
+        known = ", ".join(v for v in documented if "-" not in v)
+        raise GraphfixError(f"--trt {requested}: no such TensorRT release (the newest documented is {documented[-1]}; "
+                            f"graphfix accepts up to major {newest.parts[0] + 1}); known releases: {known}")
     exact = next((v for v in versions() if TrtVersion(v) == want), None)
     if exact is not None:
         return Release(requested, exact, "")
