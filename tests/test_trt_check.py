@@ -168,3 +168,12 @@ def test_double_weights_are_not_a_type_finding_and_no_other_ops_error_is_quoted(
     neg = [f for f in check_model(computed, "8.6").findings if f.op == "Neg"]
     assert neg and "DOUBLE" in neg[0].message
     assert neg[0].error_text is None or "Neg" in neg[0].error_text  # not the Gather BOOL assertion
+
+
+def test_roialign_without_importer_says_what_to_change_upstream():
+    from pathlib import Path
+
+    rcnn = Path(__file__).resolve().parent.parent / "fixtures" / "real" / "fasterrcnn_transform_rpn.onnx"
+    found = [f for f in check_model(onnx.load(str(rcnn)), "8.2").findings if f.op == "RoiAlign"]
+    assert found and all(f.severity == "blocking" and "plugin" in f.message and "outside the engine" in f.message for f in found)
+    assert not [f for f in check_model(onnx.load(str(rcnn)), "8.5").findings if f.op == "RoiAlign" and f.severity == "blocking"]

@@ -76,12 +76,22 @@ def _revive(graph: gs.Graph, restored: list[gs.Node]) -> None:
     for node in restored:
         if pruned.pop(id(node), None) is not None:
             graph.nodes.append(node)
-    stack = [p for node in restored for t in node.inputs for p in t.inputs]
+    stack = [p for node in restored for t in _reads(node) for p in t.inputs]
     while stack:
         n = stack.pop()
         if pruned.pop(id(n), None) is not None:  # else still in the graph
             graph.nodes.append(n)
-            stack.extend(p for t in n.inputs for p in t.inputs)
+            stack.extend(p for t in _reads(n) for p in t.inputs)
+
+
+def _reads(node: gs.Node) -> list[gs.Tensor]:
+    """What a node reads: its inputs and what its If/Loop bodies read from outside (an If revived
+    by undoing if-inline needs the producers its other branch reads, which the export pruned)."""
+    reads = [t for t in node.inputs if t.name]
+    if node.attrs:
+        for sub in bodies(node):
+            reads.extend(outer_reads(sub))
+    return reads
 
 
 def live_nodes(graph: gs.Graph) -> set[int]:

@@ -46,6 +46,9 @@ NO_REWRITE = {
     "NonZero": "no NonZero before TensorRT 8.5, and no exact rewrite: its output length depends on the data "
                "(torch.nonzero, x[mask], torch.where(cond)). Keep shapes fixed in the export (Where(mask, x, fill), "
                "or TopK over mask scores for a fixed K), run this stage outside the engine, or target TensorRT >= 8.5",
+    "RoiAlign": "no RoiAlign importer before TensorRT 8.5, and no exact rewrite in standard ops (its boxes are data): "
+                "export the detector's RoI head separately and run it outside the engine, replace the op by TensorRT's "
+                "ROIAlign_TRT / MultilevelCropAndResize plugin in the export, or target TensorRT >= 8.5",
 }
 _TYPE_TOKENS = {"float32": "FP32", "float16": "FP16", "int32": "INT32", "int64": "INT64", "int8": "INT8", "uint8": "UINT8",
                 "bool": "BOOL", "float64": "DOUBLE"}
