@@ -177,3 +177,18 @@ def test_roialign_without_importer_says_what_to_change_upstream():
     found = [f for f in check_model(onnx.load(str(rcnn)), "8.2").findings if f.op == "RoiAlign"]
     assert found and all(f.severity == "blocking" and "plugin" in f.message and "outside the engine" in f.message for f in found)
     assert not [f for f in check_model(onnx.load(str(rcnn)), "8.5").findings if f.op == "RoiAlign" and f.severity == "blocking"]
+
+
+def test_quoted_tensorrt_messages_carry_no_log_timestamps():
+    """The errors corpus quotes real logs ("[11/21/2023-08:18:18] [I] [TRT] ...", "[2020-02-04 11:50:49   ERROR]"):
+    the check quotes TensorRT's words only."""
+    import re
+    from pathlib import Path
+
+    import onnx
+
+    root = Path(__file__).resolve().parent.parent
+    for path in [root / "fixtures" / "real" / "swin_dynamic_hw.onnx", root / "fixtures" / "shape_tensor_ops" / "vit_pad_to_patch.onnx"]:
+        texts = [f.error_text for f in check_model(onnx.load(str(path)), "8.2").findings if f.error_text]
+        assert texts
+        assert not [t for t in texts if re.search(r"\[\d\d/\d\d/\d{4}|\d{4}-\d\d-\d\d|\[TRT\]|\[[EWI]\]", t)], texts

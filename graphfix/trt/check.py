@@ -26,6 +26,7 @@ from graphfix.graph.origin import DATA, SHAPE_INPUTS, ValueOrigins
 from graphfix.model_io import default_opset
 from graphfix.passes.base import Context
 from graphfix.trt import support
+from graphfix.trt.errors import bare_text
 from graphfix.trt.versions import TrtVersion
 
 BLOCKING, WARNING = "blocking", "warning"
@@ -151,6 +152,8 @@ def _finding(node: gs.Node | None, severity: str, message: str, error_id: str | 
     entry = support.error(error_id) if error_id else None
     examples = entry.get("examples", []) if entry else []
     text = next((e for e in examples if prefer and prefer in e), None if exact else examples[0] if examples else None)
+    if text is not None:
+        text = bare_text(text)
     if exact and text is None:
         error_id = None  # the known messages are about other ops: quoting one would mislead
     return CheckFinding(node.name if node else "", node.op if node else "", severity, message, error_id, text, fix_pass,

@@ -36,7 +36,8 @@ _NODE_PATTERNS = [
 _PARSING = re.compile(r'While parsing node number (?P<number>\d+) \[(?P<op>\w+) -> "(?P<output>[^"]*)"\]:')
 _PROTO_NAME = re.compile(r'^name: "(?P<node>[^"]*)"\s*$')
 #: What precedes a message on a log line: timestamps, severity tags, "[TRT]".
-_PREFIX = re.compile(r"^(?:\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]|\d{4}-\d\d-\d\d[ T][\d:.,]+|\[[EWIVF]\]|\[TRT\]|&&&&)\s*")
+_PREFIX = re.compile(r"^(?:\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]|\[\d{4}-\d\d-\d\d[ T][\d:.,]+\s+[A-Z]+\]|"
+                     r"\d{4}-\d\d-\d\d[ T][\d:.,]+|\[[EWIVF]\]|\[TRT\]|&&&&)\s*")
 #: Quoted log text longer than this is shortened at a sentence end.
 QUOTE_CHARS = 500
 
@@ -86,6 +87,11 @@ def _bare(line: str) -> str:
     while (m := _PREFIX.match(line)) and m.end():
         line = line[m.end():]
     return line
+
+
+def bare_text(text: str) -> str:
+    """A quoted example without the log's timestamps and tags on any of its lines."""
+    return " ".join(filter(None, map(_bare, text.splitlines())))
 
 
 def quote(text: str, start: int, end: int) -> str:
