@@ -138,14 +138,7 @@ def _bind(expr: ast.AST, bound: dict[str, int]) -> ast.AST:
 def candidate(dims: dict[str, list], value: int) -> Shapes | None:
     """Every free symbol set to ``value``; None when a dim comes out below 1."""
     symbols = set().union(*(_symbols(d) for row in dims.values() for d in row if not isinstance(d, int)))
-    env = dict.fromkeys(symbols, value)
-    shapes: Shapes = {}
-    for name, row in dims.items():
-        values = [d if isinstance(d, int) else _eval(d, env) for d in row]
-        if any(v < 1 for v in values):
-            return None
-        shapes[name] = tuple(values)
-    return shapes
+    return _evaluate(dims, dict.fromkeys(symbols, value))
 
 
 def roles(model: onnx.ModelProto, dims: dict[str, list]) -> dict[str, str]:

@@ -76,6 +76,14 @@ class Context:
     def opset(self) -> int:
         return self.graph.opset
 
+    def memo(self, key: str, make: Callable[[Folder], Any]) -> Any:
+        """One analysis (a memoised walk over values) per pass run or check, built on this
+        context's folder: predicates that ask it per node stay linear in the graph."""
+        cached = self.options.get(key)
+        if cached is None or cached.folder is not self.folder:
+            cached = self.options[key] = make(self.folder)
+        return cached
+
 
 Predicate = Callable[[gs.Node, Context], bool]
 Rewrite = Callable[[gs.Node, Context], None]

@@ -169,10 +169,7 @@ class Bounds:
 
 
 def _bounds(ctx: Context) -> Bounds:
-    bounds = ctx.options.get("int_bounds")
-    if bounds is None or bounds.folder is not ctx.folder:
-        bounds = ctx.options["int_bounds"] = Bounds(ctx.folder)
-    return bounds
+    return ctx.memo("int_bounds", Bounds)
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:

@@ -32,20 +32,12 @@ from graphfix.passes.base import LIMIT, Context, Pass, Rule, Skip
 OPS = frozenset({"Neg", "Abs", "Relu", "Floor", "Ceil", "Pow", "Clip", "Sqrt"})
 
 
-def _origins(ctx: Context) -> ValueOrigins:
-    """One memoised origin walk per pass run or check (linear in the graph, not per node)."""
-    cached = ctx.options.get("origins")
-    if cached is None or cached.folder is not ctx.folder:
-        cached = ctx.options["origins"] = ValueOrigins(ctx.folder)
-    return cached
-
-
 def _computes_shape(node: gs.Node, ctx: Context) -> bool:
     """The node reaches a shape input (looked at first: a short forward walk that loads no
     weights) and its values come from shapes/constants/integer inputs."""
     if not node.inputs or not node.outputs or not reaches_shape_input(node.outputs[0], OPS):
         return False
-    return _origins(ctx).of(node.inputs[0]).kind != DATA
+    return ctx.memo("origins", ValueOrigins).of(node.inputs[0]).kind != DATA
 
 
 def _exponent(node: gs.Node, ctx: Context) -> int | None:
