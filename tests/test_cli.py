@@ -216,3 +216,24 @@ def test_exit_4_when_the_target_still_rejects_the_written_model(tmp_path, capsys
     assert "NonZero" in printed.out and "trtexec" not in printed.out
     assert "status: blocked" in printed.out
     assert main([str(ROOT / "fixtures" / "gathernd_decompose" / "masked_select_dynamo.onnx"), str(out), "--passes", "auto", "--trt", "8.6"]) == 0
+
+
+def test_several_models_into_an_out_dir(tmp_path, capsys):
+    """A folder of exports in CI: each model fixed on its own into --out-dir, reports named after
+    it, a refused model said in one line while the others go on, the worst outcome as exit code."""
+    out = tmp_path / "fixed"
+    out.mkdir()
+    good = ROOT / "fixtures" / "fold_clip" / "clip_cast_bounds.onnx"
+    blocked = ROOT / "fixtures" / "gathernd_decompose" / "masked_select_dynamo.onnx"
+    code = main([str(good), str(blocked), "--out-dir", str(out), "--passes", "auto", "--trt", "8.0", "--report", "r.json", "--quiet"])
+    assert code == 4  # the NonZero export stays rejected by 8.0
+    assert (out / "clip_cast_bounds.onnx").exists() and (out / "masked_select_dynamo.onnx").exists()
+    assert (out / "clip_cast_bounds.r.json").exists() and (out / "masked_select_dynamo.r.json").exists()
+    assert "2 of 2 model(s) written" in capsys.readouterr().err
+    code = main([str(good), str(tmp_path / "missing.onnx"), "--out-dir", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "missing.onnx: no such file" in err and "1 of 2 model(s) written" in err
+    assert main([str(good), str(good), "--out-dir", str(out)]) == 2
+    assert "would collide" in capsys.readouterr().err
+    assert main([str(good), "--out-dir", str(tmp_path / "nope")]) == 2
+    assert main([str(good)]) == 2 and "expected IN OUT" in capsys.readouterr().err

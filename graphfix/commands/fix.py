@@ -41,8 +41,10 @@ class _Shapes(argparse.Action):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("input", help="ONNX model to fix (never modified)")
-    p.add_argument("output", help="where to write the fixed model (written atomically)")
+    p.add_argument("paths", nargs="+", metavar="IN OUT",
+                   help="the ONNX model to fix (never modified) and where to write the fixed one (atomically); "
+                        "with --out-dir, every path is a model to fix")
+    p.add_argument("--out-dir", metavar="DIR", help="fix several models, each written to DIR under its own file name")
     g = p.add_argument_group("passes")
     g.add_argument("--passes", default="all", help="'all' (default), 'auto' (with --trt), or a comma-separated list; run in pipeline order")
     g.add_argument("--skip", action="append", default=[], metavar="PASS", help="leave out a pass (repeatable, or comma-separated)")
@@ -140,6 +142,51 @@ def _split(items: list[str]) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``IN OUT``, or several inputs with ``--out-dir`` (each fixed on its own, as if run alone)."""
+    if args.out_dir is None:
+        if len(args.paths) != 2:
+            raise GraphfixError(f"expected IN OUT, got {len(args.paths)} path(s) (several models: --out-dir DIR)")
+        args.input, args.output = args.paths
+        return fix_one(args)
+    return _fix_many(args)
+
+
+#: Which exit code a batch reports when its models ended differently: a bug first, then bad input,
+#: --strict failures, models the target still rejects, and 0 only when every model was fixed.
+_BATCH_PRIORITY = (3, 2, 1, 4, 0)
+
+
+def _fix_many(args: argparse.Namespace) -> int:
+    """Every model in turn into --out-dir (a team fixing a folder of exports in CI); a model that is
+    refused is said in one line and the others go on; --report names get the model's name in front."""
+    from graphfix.cli import _exit  # the one-line error and code a single run would give
+
+    if args.build:
+        raise GraphfixError("--build builds one engine: give one model (IN OUT) to build it")
+    out_dir = Path(args.out_dir)
+    if not out_dir.is_dir():
+        raise GraphfixError("--out-dir: no such directory", args.out_dir)
+    names = [Path(p).name for p in args.paths]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise GraphfixError(f"--out-dir: several inputs are named {', '.join(twice)}; their outputs would collide")
+    reports, codes = list(args.report), []
+    for source in args.paths:
+        one = argparse.Namespace(**vars(args))
+        one.input, one.output = source, str(out_dir / Path(source).name)
+        one.report = [str(out_dir / f"{Path(source).stem}.{Path(r).name}") for r in reports]
+        try:
+            code = fix_one(one)
+        except GraphfixError as exc:
+            code = _exit(exc, False)
+        codes.append(code)
+    done = sum(c in (0, 4) for c in codes)
+    print(f"graphfix: {done} of {len(codes)} model(s) written to {out_dir} ({codes.count(4)} still rejected by the target, "
+          f"{len(codes) - done} not written)", file=sys.stderr)
+    return next(c for c in _BATCH_PRIORITY if c in codes)
+
+
+def fix_one(args: argparse.Namespace) -> int:
     """Everything that can be refused is refused first (options, then every path); the files are
     written together at the end, all or none (graphfix.atomic.Transaction)."""
     parse_input_shapes(args.input_shapes)  # syntax first
