@@ -47,10 +47,19 @@ def test_target_version_decides(name, trt, rewritten):
     assert passes.get("pad-to-concat").apply(FIXTURES[name].build(), trt=trt).rewritten == rewritten
 
 
-def test_runtime_pads_are_a_finding():
+def test_runtime_pads_are_rewritten_with_shape_tensors():
+    """pads = [n, n] from Shape(x) of a dynamic x: no constant to fold, rewritten with runtime sizes."""
     m = model([node("Shape", ["x"], ["s"]), node("Concat", ["z", "s", "z", "s"], ["pads"], axis=0), node("Pad", ["x", "pads"], ["y"])],
               [inp("x", FLOAT, ["N"])], [out("y", FLOAT, ["M"])], [init("z", np.zeros(0, np.int64))], opset=13)
-    result = passes.get("pad-to-concat").apply(m)
+    result = check_rewrite(m, "pad-to-concat", {"x": np.arange(5, dtype=np.float32)}, trt="8.0")
+    assert "Pad" not in [n.op_type for n in result.model.graph.node]
+
+
+def test_wrap_by_runtime_pads_is_a_finding():
+    m = model([node("Shape", ["x"], ["s"]), node("Concat", ["z", "s", "z", "s"], ["pads"], axis=0),
+               node("Pad", ["x", "pads"], ["y"], mode="wrap")],
+              [inp("x", FLOAT, ["N"])], [out("y", FLOAT, ["M"])], [init("z", np.zeros(0, np.int64))], opset=19)
+    result = passes.get("pad-to-concat").apply(m, trt="8.0")
     assert result.rewritten == 0 and "runtime" in result.findings[0].message
 
 
@@ -106,3 +115,28 @@ def test_random_pads_equal_onnxruntime(configs, dtype, value):
     m = model(nodes, ins, outs, inits, opset=19)
     result = check_rewrite(m, "pad-to-concat", feeds, force=True)
     assert "Pad" not in [n.op_type for n in result.model.graph.node]
+
+
+@given(st.sampled_from(["constant", "edge", "reflect"]), st.lists(st.integers(1, 5), min_size=1, max_size=4), st.data())
+def test_pads_computed_at_runtime_equal_onnxruntime(mode, dims, data):
+    """Pads fed at runtime (Swin window padding, pad-to-multiple): the releases that want them as
+    weights get Slice/Concat/Expand sized by shape tensors, equal for every sign of every pad."""
+    rank = len(dims)
+    lo = [-(d - 1) if mode != "constant" else -d for d in dims]  # never crop an axis away (edge/reflect need an element)
+    begins = [data.draw(st.integers(lo[a], 3 if mode != "reflect" else dims[a] - 1)) for a in range(rank)]
+    ends = [data.draw(st.integers(max(lo[a], lo[a] - begins[a]) if mode != "constant" else lo[a],
+                                  3 if mode != "reflect" else dims[a] - 1)) for a in range(rank)]
+    if mode == "reflect":  # reflect pads at most size-1 of what is left after cropping the other side
+        ends = [min(e, dims[a] - 1 - max(0, -begins[a])) for a, e in enumerate(ends)]
+        begins = [min(b, dims[a] - 1 - max(0, -ends[a])) for a, b in enumerate(begins)]
+    if any(dims[a] + min(begins[a], 0) + min(ends[a], 0) < (1 if mode != "constant" else 0) for a in range(rank)):
+        return
+    m = model([node("Pad", ["x", "pads"], ["y"], name="/Pad", mode=mode)],
+              [inp("x", FLOAT, dims), inp("pads", INT64, [2 * rank])], [out("y", FLOAT, [f"d{a}" for a in range(rank)])], opset=13)
+    x = np.random.default_rng(0).standard_normal(dims).astype(np.float32)
+    pads = np.array(begins + ends, np.int64)
+    try:
+        ort_run(m, {"x": x, "pads": pads})
+    except Exception:  # noqa: BLE001 - a pad onnxruntime itself refuses is outside the op's domain
+        return
+    check_rewrite(m, "pad-to-concat", {"x": x, "pads": pads}, trt="8.0", atol=0, rtol=0)

@@ -12,8 +12,11 @@ included): negative pads crop with Slice; positive pads Concat blocks before/aft
 the value to a Shape-derived size), ``edge`` the first/last slice Expanded, ``reflect`` a Slice
 with step -1 (TensorRT's Slice takes negative steps since 7.0), ``wrap`` the opposite end.
 
-Pads must fold to constants (initializers, Constant nodes, or Shape arithmetic on static dims,
-as ``F.pad`` with computed sizes exports them); pads computed from dynamic dims are reported.
+Pads that fold to constants (initializers, Constant nodes, Shape arithmetic on static dims) give
+constant blocks; pads computed from dynamic dims at runtime (Swin/SAM window padding, pad to a
+multiple of 8) give the same blocks sized by shape tensors, which 7.x/8.0 accept for Slice
+bounds and Expand shapes (importer source 7.2.1/8.0-GA importSlice: only the axes must be
+known); ``wrap`` by runtime amounts is reported.
 With a target version only the Pads it rejects are rewritten; zero constant padding of the last
 two axes is accepted by every parser and left alone unless the pass is forced.
 """
@@ -93,10 +96,10 @@ def _outer_or_negative(node: gs.Node, ctx: Context) -> bool:
 def rewrite(node: gs.Node, ctx: Context) -> None:
     mode, pads, value, axes = _spec(node, ctx)
     x = node.inputs[0]
-    if pads is None:
-        raise Skip("pads are computed from dynamic dims at runtime; graphfix rewrites only pads that fold to constants")
     if axes is None:
         raise Skip("input rank or axes unknown (run shape inference upstream)")
+    if pads is None:
+        return _runtime_pads(node, ctx, mode, axes, value)
     malformed = _malformed(pads, axes)
     if malformed:
         raise Skip(malformed)
@@ -134,6 +137,62 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
             y = b.concat(parts, axis)
         shape[axis] = size + begin + end if size is not None else -1
     replace_tensor(ctx.graph, node.outputs[0], y)
+
+
+def _runtime_pads(node: gs.Node, ctx: Context, mode: str, axes: list[int], value: np.ndarray | None) -> None:
+    """Pads computed at runtime (Swin's window padding, pad-to-multiple-of-8, cumsum-decompose's
+    blocks), for the releases that want them as weights: per axis, negative pads crop with a Slice
+    whose bounds are shape tensors, positive ones Concat a block sized by a shape tensor (a zero
+    size when the pad is 0: TensorRT supports empty tensors), exactly like the static form."""
+    if mode == "wrap":
+        raise Skip("wrap padding by amounts computed at runtime has no form in the ops every release takes")
+    x, b = node.inputs[0], ctx.builder
+    dtype = tensor_dtype(x)
+    if dtype is None or x.shape is None:
+        raise Skip("input type or rank unknown (run shape inference upstream)")
+    pads = node.inputs[1] if tensor_dtype(node.inputs[1]) == np.int64 else b.cast(node.inputs[1], np.int64)
+    fill = None
+    if mode == "constant":  # the folded constant_value (0 when absent), else the runtime scalar
+        fill = node.inputs[2] if value is None else b.const(np.asarray(value.reshape(-1)[0] if value.size else 0, dtype), hint="fill")
+    zero = b.const(np.array([0], np.int64), hint="zero")
+    n, y = len(axes), x
+    for k, axis in enumerate(axes):
+        begin, end = (b.slice(pads, [j], [j + 1], axes=[0]) for j in (k, n + k))
+        size = b.slice(b.shape(y), [axis], [axis + 1], axes=[0])
+        crop_end = b.op("Max", [b.op("Sub", [zero, end]), zero])
+        y = b.op("Slice", [y, b.op("Max", [b.op("Sub", [zero, begin]), zero]), b.op("Sub", [size, crop_end]),
+                           b.const(np.array([axis], np.int64), hint="axis")], dtype=dtype)
+        rank = len(x.shape)
+        parts = [_runtime_block(b, y, rank, axis, b.op("Max", [begin, zero]), True, mode, fill), y,
+                 _runtime_block(b, y, rank, axis, b.op("Max", [end, zero]), False, mode, fill)]
+        y = b.concat(parts, axis)
+    replace_tensor(ctx.graph, node.outputs[0], y)
+
+
+def _runtime_block(b: Builder, y: gs.Tensor, rank: int, axis: int, p: gs.Tensor, before: bool, mode: str,
+                   fill: gs.Tensor | None) -> gs.Tensor:
+    """The ``p`` (a [1] shape tensor) slices padding adds on one side of ``axis``."""
+    if mode == "reflect":  # a forward Slice of p elements next to the border, reversed: p = 0 gives an empty block
+        one, ax = b.const(np.array([1], np.int64)), b.const(np.array([axis], np.int64))
+        if before:
+            near = b.op("Slice", [y, one, b.op("Add", [one, p]), ax])
+        else:
+            last = b.op("Sub", [b.slice(b.shape(y), [axis], [axis + 1], axes=[0]), one])
+            near = b.op("Slice", [y, b.op("Sub", [last, p]), last, ax])
+        return b.op("Slice", [near, b.const(np.array([-1], np.int64)), b.const(np.array([np.iinfo(np.int64).min], np.int64)),
+                              ax, b.const(np.array([-1], np.int64))])
+    shape = b.shape(y)
+    pieces = []
+    if axis > 0:
+        pieces.append(b.slice(shape, [0], [axis], axes=[0]))
+    pieces.append(p)
+    if axis < rank - 1:
+        pieces.append(b.slice(shape, [axis + 1], [_INT_MAX], axes=[0]))
+    target = b.concat(pieces, 0)
+    if mode == "edge":
+        edge = b.slice(y, [0], [1], axes=[axis]) if before else b.slice(y, [-1], [_INT_MAX], axes=[axis])
+        return b.op("Expand", [edge, target])
+    return b.op("Expand", [fill, target])
 
 
 def _block(b: Builder, y: gs.Tensor, shape: list, axis: int, p: int, before: bool, mode: str,
