@@ -306,24 +306,15 @@ def _sizes(ctx: Context, t: gs.Tensor, x: gs.Tensor, axes: list[int]) -> list[in
     if value is not None:
         value = np.asarray(value).reshape(-1)
         return None if value.size == 0 else [int(v) for v in value]
-    node = t.inputs[0] if isinstance(t, gs.Variable) and t.inputs else None
-    parts = node.inputs if node is not None and node.op == "Concat" else [t]
-    entries: list[int | tuple[int]] = []
-    for part in parts:
-        v = ctx.folder.value(part)
-        if v is not None:
-            entries.extend(int(i) for i in np.asarray(v).reshape(-1))
-            continue
-        picked = _shape_axes(ctx, part, x)
-        if picked is None:
-            raise _Dynamic(_dynamic("Resize sizes are computed at runtime (the output size depends on the input)"))
-        entries.extend((i,) for i in picked)
+    entries = _elements(ctx, t, x)
+    if entries is None or None in entries:
+        raise _Dynamic(_dynamic("Resize sizes are computed at runtime (the output size depends on the input)"))
     if len(entries) != len(axes):
         raise Skip(f"{len(entries)} sizes for {len(axes)} axes")
     out: list[int | None] = []
     for k, e in zip(axes, entries, strict=True):
-        if isinstance(e, tuple) and e[0] != k:
-            raise _Dynamic(_dynamic(f"the size of axis {k} is the runtime length of axis {e[0]}"))
+        if isinstance(e, tuple) and e[1] != k:
+            raise _Dynamic(_dynamic(f"the size of axis {k} is the runtime length of axis {e[1]}"))
         out.append(None if isinstance(e, tuple) else e)
     return out
 
@@ -433,7 +424,8 @@ def _runtime_rewrite(node: gs.Node, ctx: Context, dtype: np.dtype, why: str) -> 
     dims = [int(d) if isinstance(d, (int, np.integer)) and d >= 0 else None for d in x.shape]
     work: list[tuple[int, gs.Tensor, gs.Tensor, gs.Tensor]] = []  # (axis, n_in [1] i64, n_out [1] i64, scale [1] f32)
     if sizes_t is not None and (sizes_value is None or np.asarray(sizes_value).size):
-        entries = _elements(ctx, sizes_t, x, len(axes))
+        entries = _elements(ctx, sizes_t, x)
+        entries = entries if entries is not None and len(entries) == len(axes) else None
         for i, k in enumerate(axes):
             e = entries[i] if entries is not None else None
             if e == ("shape", k) or (isinstance(e, int) and e == dims[k]):
@@ -468,9 +460,9 @@ def _length(b: Builder, x: gs.Tensor, k: int, static: int | None) -> gs.Tensor:
     return b.const(np.array([static], np.int64)) if static is not None else b.slice(b.shape(x), [k], [k + 1])
 
 
-def _elements(ctx: Context, t: gs.Tensor, x: gs.Tensor, count: int) -> list[object] | None:
+def _elements(ctx: Context, t: gs.Tensor, x: gs.Tensor) -> list[object] | None:
     """Per element of a 1-D int tensor: its constant value, ``("shape", axis)`` for a length of
-    ``x`` read through ``Shape``, or None (computed); None if the parts' lengths are unknown."""
+    ``x`` read through ``Shape``, or None (computed); None if a computed part's length is unknown."""
     node = t.inputs[0] if isinstance(t, gs.Variable) and t.inputs else None
     parts = node.inputs if node is not None and node.op == "Concat" else [t]
     out: list[object] = []
@@ -486,7 +478,7 @@ def _elements(ctx: Context, t: gs.Tensor, x: gs.Tensor, count: int) -> list[obje
         if part.shape is None or len(part.shape) != 1 or not isinstance(part.shape[0], (int, np.integer)):
             return None
         out.extend([None] * int(part.shape[0]))
-    return out if len(out) == count else None
+    return out
 
 
 def _gather_axis(b: Builder, x: gs.Tensor, k: int, rank: int, n_in: gs.Tensor, n_out: gs.Tensor, scale: gs.Tensor,
