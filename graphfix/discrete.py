@@ -36,6 +36,11 @@ class Decision:
     output: str
     attrs: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def data(self) -> list[str]:
+        """The float inputs compared: both operands of a comparison, the scores of ArgMax/TopK."""
+        return self.inputs[:2] if self.op in _CMP else self.inputs[:1]
+
 
 def find(graph: gs.Graph) -> tuple[list[Decision], dict[str, list[str]]]:
     """The decisions of the top-level graph made on float data, and per graph output the
@@ -56,10 +61,7 @@ def find(graph: gs.Graph) -> tuple[list[Decision], dict[str, list[str]]]:
         return [], {}
     reach: dict[str, set[str]] = {}
     by_output = {d.output: d.node for d in found}
-    producers = {id(n) for n in graph.nodes}
     for n in graph.nodes:  # graph.nodes is topologically ordered: one forward sweep
-        if id(n) not in producers:
-            continue
         deps = set().union(*(reach.get(t.name, set()) for t in n.inputs))
         for t in n.outputs:
             own = {by_output[t.name]} if t.name in by_output else set()
@@ -112,7 +114,7 @@ def judge(decisions: list[Decision], depends: dict[str, list[str]], before: list
                         "near_ties": True} for d in decisions}
     for b, a in zip(before, after, strict=True):
         for d in decisions:
-            if any(n not in b or n not in a for n in [*d.inputs[:2 if d.op in _CMP else 1], d.output]):
+            if any(n not in b or n not in a for n in [*d.data, d.output]):
                 continue
             rec = records[d.node]
             m = margins(d, b)
@@ -121,7 +123,7 @@ def judge(decisions: list[Decision], depends: dict[str, list[str]], before: list
             flips = np.asarray(b[d.output]) != np.asarray(a[d.output])
             if not flips.any():
                 continue
-            moved = max(_moved(b[n], a[n]) for n in d.inputs[:2 if d.op in _CMP else 1])
+            moved = max(_moved(b[n], a[n]) for n in d.data)
             at = m[flips] if m is not None and m.shape == flips.shape else np.array([rec["min_margin"]])
             rec["flipped"] += int(flips.sum())
             rec["moved"] = max(rec["moved"], moved)

@@ -111,6 +111,7 @@ def bound_symbols(model: onnx.ModelProto, given: Shapes) -> dict[str, int]:
 def complete(model: onnx.ModelProto, given: Shapes) -> Shapes:
     """``given`` plus every other input whose dims the given ones determine."""
     rows = dynamic_dims(model, given)
+    bound = bound_symbols(model, given)
     inits = {t.name for t in model.graph.initializer}
     done = dict(given)
     for vi in model.graph.input:
@@ -118,7 +119,6 @@ def complete(model: onnx.ModelProto, given: Shapes) -> Shapes:
             continue
         dims = vi.type.tensor_type.shape.dim
         if any(not d.HasField("dim_value") for d in dims):  # dynamic, and fully bound by the given names
-            bound = bound_symbols(model, given)
             done[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else _eval(_parse(d.dim_param), bound) for d in dims)
     return done
 
