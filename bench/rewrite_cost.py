@@ -26,10 +26,11 @@ import onnx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-import graphfix  # noqa: E402
 from _latency import session, window_us  # noqa: E402
 
-#: ops whose work is not proportional to their output: (flops per output element) from shapes
+import graphfix  # noqa: E402
+
+#: bytes per element of the types exports use (4 for the rest)
 _ITEMSIZE = {onnx.TensorProto.DOUBLE: 8, onnx.TensorProto.INT64: 8, onnx.TensorProto.FLOAT16: 2,
              onnx.TensorProto.BFLOAT16: 2, onnx.TensorProto.BOOL: 1, onnx.TensorProto.INT8: 1, onnx.TensorProto.UINT8: 1}
 
