@@ -246,7 +246,7 @@ def _rational_range(b: Builder, node: gs.Node, ctx: Context) -> gs.Tensor:
     if s * den * q:
         x = b.op("Sub", [x, np.array(s * den * q * sign, int_type)])
     if sign < 0 or s > 0 or _origin(n, ctx).kind != SHAPE:  # only a shape-derived n - (start <= 0) is >= 0
-        x = b.op("Max", [x, np.array(0, int_type)])
+        x = b.max(x, np.array(0, int_type))
     y = den * abs(p)
     count = x if y == 1 else b.op("Div", [b.op("Add", [x, np.array(y - 1, int_type)]), np.array(y, int_type)])
     dtype = tensor_dtype(node.outputs[0])
