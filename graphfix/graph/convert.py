@@ -160,7 +160,7 @@ def _export_reusing(graph: gs.Graph, template: onnx.ModelProto, protos: dict[int
                 written.add(t.name)
                 initializers.append(originals[t.name] if t.name in originals and _unchanged(t, originals[t.name])
                                     else OnnxExporter.export_tensor_proto(t))
-    for t in graph.inputs:  # IR < 4 lists initializers as inputs too
+    for t in [*graph.inputs, *graph.outputs]:  # IR < 4 lists initializers as inputs too; an output may be one
         if t.name in originals and t.name not in written:
             written.add(t.name)
             initializers.append(originals[t.name])
