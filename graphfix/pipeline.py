@@ -452,7 +452,7 @@ def _whole_model_step(name: str, model: onnx.ModelProto, candidate: onnx.ModelPr
     record = PassRecord(name, UNVERIFIED, matched=1, rewritten=rewritten, nodes_before=len(model.graph.node),
                         nodes_after=len(candidate.graph.node))
     report.passes.append(record)
-    broken = _invalid(candidate, True, model) if passes_full_check(model) else None
+    broken = _invalid(candidate, True, model, report) if passes_full_check(model) else None
     if broken:  # every later step checks what it writes: it would blame itself for this step's defect
         record.verdict, record.reason = ROLLED_BACK, f"rolled back: the {name} model is invalid ({broken})"
         record.nodes_after = record.nodes_before
@@ -590,7 +590,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source,
         return baseline, baseline, False, model
     parts = to_parts(graph, model)
     fixed = parts.proto() if isinstance(parts, Assembled) else parts
-    invalid = _invalid(fixed, passes_full_check(model), model)
+    invalid = _invalid(fixed, passes_full_check(model), model, report)
     if invalid:
         report.notes.append(f"the fixed model is invalid ({invalid}); checking pass by pass")
         return baseline, None, True, None
@@ -622,7 +622,7 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
     def check(record: PassRecord, edits) -> None:
         step(f"running passes: verifying {record.name}")
         candidate = to_model(graph, model)
-        reason = _invalid(candidate, full_check, model)
+        reason = _invalid(candidate, full_check, model, report)
         results = None
         if not reason:
             try:
@@ -684,16 +684,21 @@ def _exposing(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto | Ass
     return parts
 
 
-def _invalid(model: onnx.ModelProto, full_check: bool, source: onnx.ModelProto | None = None) -> str | None:
+def _invalid(model: onnx.ModelProto, full_check: bool, source: onnx.ModelProto | None = None,
+             report: Report | None = None) -> str | None:
     """onnx.checker's complaint about a rewritten ``model``. With ``source`` (the input), a full
     check's shape conflict that vanishes once the input's own declared shapes are forgotten is the
-    input's defect, not the rewrite's (model_io.relaxed_problem)."""
+    input's defect, not the rewrite's (model_io.relaxed_problem); the report says so once."""
     try:
         problem = checker_problem(runtime_compatible(model), full_check)
     except GraphfixError as exc:
         return str(exc)
     if problem and full_check and source is not None and "ShapeInferenceError" in problem:
-        return relaxed_problem(model, _declared(source))
+        relaxed = relaxed_problem(model, _declared(source))
+        note = f"the input declares shapes it does not compute ({problem}); no rewrite is rolled back for it"
+        if relaxed is None and report is not None and note not in report.notes:
+            report.notes.append(note)
+        return relaxed
     return problem
 
 
