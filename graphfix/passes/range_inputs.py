@@ -157,13 +157,19 @@ def _integer_limit(node: gs.Node, ctx: Context) -> tuple[gs.Tensor, int, int, in
             return None
         limit = producer.inputs[1 - k]
         producer = limit.inputs[0] if limit.inputs else None
+    n = _cast_integer(producer)
+    if n is None or (div != 1 and _origin(n, ctx).kind != SHAPE):
+        return None
+    return n, mul, div, int(s), int(d)
+
+
+def _cast_integer(producer: gs.Node | None) -> gs.Tensor | None:
+    """``n`` where a limit is ``Cast(n)`` of an integer tensor, else None."""
     if producer is None or producer.op != "Cast":
         return None
     n = producer.inputs[0]
     n_dtype = tensor_dtype(n)
-    if n_dtype is None or n_dtype.kind not in "iu" or (div != 1 and _origin(n, ctx).kind != SHAPE):
-        return None
-    return n, mul, div, int(s), int(d)
+    return n if n_dtype is not None and n_dtype.kind in "iu" else None
 
 
 def _integer_range(b: Builder, node: gs.Node, ctx: Context) -> gs.Tensor:
@@ -225,13 +231,8 @@ def _rational(node: gs.Node, ctx: Context) -> tuple[gs.Tensor, int, int, int, Fr
             return None
         limit = producer.inputs[1 - k]
         producer = limit.inputs[0] if limit.inputs else None
-    if producer is None or producer.op != "Cast":
-        return None
-    n = producer.inputs[0]
-    n_dtype = tensor_dtype(n)
-    if n_dtype is None or n_dtype.kind not in "iu":
-        return None
-    return n, factor.numerator, factor.denominator, int(s), step
+    n = _cast_integer(producer)
+    return None if n is None else (n, factor.numerator, factor.denominator, int(s), step)
 
 
 def _rational_range(b: Builder, node: gs.Node, ctx: Context) -> gs.Tensor:
