@@ -38,9 +38,11 @@ from graphfix.graph.edits import EditLog, live_nodes
 from graphfix.model_io import (
     Assembled,
     checker_problem,
+    declared_shapes,
     default_opset,
     first_line,
     passes_full_check,
+    relaxed_problem,
     runtime_compatible,
 )
 from graphfix.passes.base import Context, Pass
@@ -450,7 +452,11 @@ def _whole_model_step(name: str, model: onnx.ModelProto, candidate: onnx.ModelPr
     record = PassRecord(name, UNVERIFIED, matched=1, rewritten=rewritten, nodes_before=len(model.graph.node),
                         nodes_after=len(candidate.graph.node))
     report.passes.append(record)
-    if settings.verify:
+    broken = _invalid(candidate, True, model, report) if passes_full_check(model) else None
+    if broken:  # every later step checks what it writes: it would blame itself for this step's defect
+        record.verdict, record.reason = ROLLED_BACK, f"rolled back: the {name} model is invalid ({broken})"
+        record.nodes_after = record.nodes_before
+    elif settings.verify:
         try:
             original = verify.run(model, feeds, "original", counter, settings.base_dir)
             results = verify.run(candidate, feeds, name, counter, settings.base_dir)
@@ -584,7 +590,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source,
         return baseline, baseline, False, model
     parts = to_parts(graph, model)
     fixed = parts.proto() if isinstance(parts, Assembled) else parts
-    invalid = _invalid(fixed, passes_full_check(model))
+    invalid = _invalid(fixed, passes_full_check(model), model, report)
     if invalid:
         report.notes.append(f"the fixed model is invalid ({invalid}); checking pass by pass")
         return baseline, None, True, None
@@ -616,7 +622,7 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
     def check(record: PassRecord, edits) -> None:
         step(f"running passes: verifying {record.name}")
         candidate = to_model(graph, model)
-        reason = _invalid(candidate, full_check)
+        reason = _invalid(candidate, full_check, model, report)
         results = None
         if not reason:
             try:
@@ -678,11 +684,34 @@ def _exposing(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto | Ass
     return parts
 
 
-def _invalid(model: onnx.ModelProto, full_check: bool) -> str | None:
+def _invalid(model: onnx.ModelProto, full_check: bool, source: onnx.ModelProto | None = None,
+             report: Report | None = None) -> str | None:
+    """onnx.checker's complaint about a rewritten ``model``. With ``source`` (the input), a full
+    check's shape conflict that vanishes once the input's own declared shapes are forgotten is the
+    input's defect, not the rewrite's (model_io.relaxed_problem); the report says so once."""
     try:
-        return checker_problem(runtime_compatible(model), full_check)
+        problem = checker_problem(runtime_compatible(model), full_check)
     except GraphfixError as exc:
         return str(exc)
+    if problem and full_check and source is not None and "ShapeInferenceError" in problem:
+        relaxed = relaxed_problem(model, _declared(source))
+        note = f"the input declares shapes it does not compute ({problem}); no rewrite is rolled back for it"
+        if relaxed is None and report is not None and note not in report.notes:
+            report.notes.append(note)
+        return relaxed
+    return problem
+
+
+def _declared(source: onnx.ModelProto) -> frozenset[str]:
+    """The input's declared tensors, measured once per input model."""
+    cached = _DECLARED.get(id(source))
+    if cached is None or cached[0] is not source:
+        _DECLARED.clear()
+        cached = _DECLARED[id(source)] = (source, declared_shapes(source))
+    return cached[1]
+
+
+_DECLARED: dict[int, tuple[onnx.ModelProto, frozenset[str]]] = {}
 
 
 def _check(model: onnx.ModelProto, trt: str | None):

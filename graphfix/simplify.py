@@ -23,7 +23,8 @@ MISSING = "--simplify needs onnx-simplifier: pip install 'graphfix[simplify]'"
 
 
 def simplify(model: onnx.ModelProto) -> onnx.ModelProto:
-    """onnxsim's simplification of ``model`` (its own check off: graphfix verifies it itself)."""
+    """onnxsim's simplification of ``model`` (its own check off: graphfix verifies it itself), with
+    the outputs it folded to constants computed by Constant nodes (:func:`feed_outputs`)."""
     try:
         import onnxsim
     except ImportError as exc:
@@ -33,7 +34,33 @@ def simplify(model: onnx.ModelProto) -> onnx.ModelProto:
             simplified, _ = onnxsim.simplify(model, check_n=0)
     except Exception as exc:  # noqa: BLE001 - onnxsim raises many types; the run goes on without it
         raise SimplifyFailed(first_line(exc)) from exc
-    return simplified
+    return feed_outputs(simplified)
+
+
+def feed_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every graph output that onnxsim folded into an initializer computed again, by
+    a Constant node: onnx.checker (and so every later step) refuses "Graph output 'x' is not an
+    output of any node in graph" (the demo's ``indices1``), and TensorRT's parser wants outputs to
+    be layer outputs. Returns ``model`` itself when nothing needs it."""
+    produced = {o for n in model.graph.node for o in n.output}
+    weights = {t.name: t for t in model.graph.initializer}
+    folded = [o.name for o in model.graph.output if o.name not in produced and o.name in weights]
+    if not folded:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    keep = [t for t in out.graph.initializer if t.name not in folded]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(keep)
+    kept_inputs = [i for i in out.graph.input if i.name not in folded]  # IR < 4 lists initializers as inputs
+    del out.graph.input[:]
+    out.graph.input.extend(kept_inputs)
+    for name in folded:
+        value = onnx.TensorProto()
+        value.CopyFrom(weights[name])
+        value.name = ""
+        out.graph.node.append(onnx.helper.make_node("Constant", [], [name], name=f"{name}_constant", value=value))
+    return out
 
 
 class SimplifyFailed(Exception):

@@ -99,3 +99,85 @@ def test_random_float_limits(n, start, scale, div):
     )
     result = check_rewrite(m, "range-inputs", {"x": np.zeros(n, np.float32)})
     assert "Cast" in [x.op_type for x in result.model.graph.node][-1:]
+
+
+def _runtime_range(start: float, step: float, factor: float | None, dtype=np.float32):
+    """Range(start, Cast(x.shape[0]) [* factor], step) in ``dtype``: the legacy export of
+    torch.arange(start, n * factor, step) with n from a dynamic dim."""
+    nodes = [node("Shape", ["x"], ["s"]), const("i", 0, np.int64), node("Gather", ["s", "i"], ["n"], axis=0),
+             node("Cast", ["n"], ["nf"], to=FLOAT)]
+    limit = "nf"
+    if factor is not None:
+        nodes += [const("c", factor, dtype), node("Mul", ["nf", "c"], ["limit"])]
+        limit = "limit"
+    nodes += [const("st", start, dtype), const("step", step, dtype), node("Range", ["st", limit, "step"], ["r"], name="/Range")]
+    return model(nodes, [inp("x", FLOAT, ["N"])], [out("r", FLOAT, ["K"])])
+
+
+def test_check_flags_a_float_range_that_has_no_rewrite():
+    """8.0-8.2 reject every float Range with runtime inputs: the rule does not ask whether a rewrite exists."""
+    m = _runtime_range(0.5, 1.0, None)  # a non-integral start: no exact integer form
+    blocking = [f for f in check_model(m, "8.0").findings if f.severity == "blocking" and f.op == "Range"]
+    assert len(blocking) == 1 and blocking[0].error_id == "range-input-types"
+    assert not [f for f in check_model(m, "8.4").findings if f.op == "Range"]
+    result = passes.get("range-inputs").apply(m, trt="8.0")
+    assert result.rewritten == 0 and "no exact integer form" in result.findings[0].message
+
+
+def test_half_step_arange_is_flagged_and_rewritten_exactly():
+    m = _runtime_range(0.0, 0.5, None)
+    assert any(f.op == "Range" and f.severity == "blocking" for f in check_model(m, "8.0").findings)
+    for n in (0, 1, 2, 7, 16):
+        result = check_rewrite(m, "range-inputs", {"x": np.zeros(n, np.float32)}, atol=0, rtol=0, trt="8.0")
+        np.testing.assert_array_equal(ort_run(result.model, {"x": np.zeros(n, np.float32)})[0],
+                                      np.arange(0, n, 0.5, dtype=np.float32))
+    assert not [f for f in check_model(result.model, "8.0").findings if f.op == "Range"]
+
+
+#: Steps as ratios: dyadic (exact in float32) and rounded ones (1/3, 2/7, 1/10: float32 rounds them up).
+STEPS = [0.5, 0.25, 1.5, 0.75, 2.0, -0.5, -1.5, 1 / 3, 2 / 7, 1 / 10, -1 / 3, 5 / 6]
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 40), start=st.integers(-3, 5), step=st.sampled_from(STEPS),
+       factor=st.sampled_from([None, 0.5, 2.0, 0.25]))
+def test_rational_steps_keep_the_count_and_values(n, start, step, factor):
+    if float(np.float32(step)) != step and abs(float(np.float32(step))) < abs(step):
+        return  # rounds toward zero: not rewritten (tested below)
+    m = _runtime_range(float(start), float(np.float32(step)), factor)
+    feeds = {"x": np.zeros(n, np.float32)}
+    # exact in binary: bit for bit. Otherwise onnxruntime accumulates (value += delta) where the ONNX
+    # spec and TensorRT's fill compute start + i * delta, as the rewrite does: a rounding difference
+    exact = float(np.float32(step)) == step
+    result = check_rewrite(m, "range-inputs", feeds, atol=0 if exact else 1e-4, rtol=0 if exact else 1e-5, trt="8.0")
+    assert "Range" in [x.op_type for x in result.model.graph.node]
+    got = ort_run(result.model, feeds)[0]
+    limit = n * (factor or 1.0)
+    want_count = max(int(np.ceil((limit - start) / np.float64(np.float32(step)))), 0)
+    assert got.shape == (want_count,)
+
+
+def test_a_step_rounded_toward_zero_is_left_with_a_finding():
+    """float32(5/6) < 5/6: at multiples of 5/6 the float count is one more than the ratio's, so no
+    integer count is exact without float32's own 2^-24 denominators."""
+    down = float(np.float32(5 / 6))
+    assert down < 5 / 6
+    result = passes.get("range-inputs").apply(_runtime_range(0.0, down, None), trt="8.0")
+    assert result.rewritten == 0 and "no exact integer form" in result.findings[0].message
+    up = float(np.float32(1 / 3))
+    assert up > 1 / 3 and passes.get("range-inputs").apply(_runtime_range(0.0, up, None), trt="8.0").rewritten == 1
+
+
+@pytest.mark.parametrize("case", [c for c in node_cases("Range") if "float" in c.name and "16" not in c.name],
+                         ids=lambda c: c.name)
+def test_onnx_float_node_cases_with_a_runtime_limit(case):
+    """The case's float Range with its limit computed at runtime (Cast of an INT64 input), as exports have it."""
+    for inputs, expected in case.data_sets:
+        start, limit, delta = (np.asarray(v) for v in inputs)
+        m = model([const("st", start, np.float32), const("d", delta, np.float32), node("Cast", ["n"], ["lim"], to=FLOAT),
+                   node("Range", ["st", "lim", "d"], ["r"], name="/Range")],
+                  [inp("n", INT64, [])], [out("r", FLOAT, ["K"])])
+        feeds = {"n": np.asarray(limit, np.int64)}
+        assert float(limit).is_integer()
+        result = check_rewrite(m, "range-inputs", feeds, atol=0, rtol=0, trt="8.0")
+        np.testing.assert_array_equal(ort_run(result.model, feeds)[0], expected[0])

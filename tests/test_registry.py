@@ -8,6 +8,10 @@ releases in its declared range.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import sys
+
 import pytest
 
 from fixtures.make_fixtures import all_fixtures
@@ -64,3 +68,75 @@ def test_version_ranges():
     assert TrtVersion("7.2-ngc21.05") > TrtVersion("7.2") and TrtVersion("8.4.3") > TrtVersion("8.4")
     assert support.describe_range(VersionRange("<8.0 || >=10.8")) == "<8.0 || >=10.8"
     assert support.describe_range(VersionRange("all")) == "all"
+
+
+def _module_functions(module) -> dict[str, ast.FunctionDef]:
+    tree = ast.parse(inspect.getsource(module))
+    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+def _calls(fn: ast.FunctionDef) -> set[str]:
+    """Names a function refers to (calls, and functions passed on as values)."""
+    return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
+
+
+#: What only a rewrite does: build nodes and move tensors (a predicate may parse, fold and walk).
+_REWRITING = {"builder", "replace_tensor"}
+
+
+def _reached(start: str, functions: dict[str, ast.FunctionDef]) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in functions:
+            continue
+        seen.add(name)
+        todo.extend(_calls(functions[name]) & functions.keys())
+    return seen
+
+
+def _predicates(p):
+    module = sys.modules[p.rewrite.__module__]
+    for rule in p.rules:
+        for predicate in (rule.when, p.forced):
+            if predicate is not None and predicate.__module__ == module.__name__:
+                yield rule, predicate
+
+
+@pytest.mark.parametrize("p", passes.all_passes(), ids=lambda p: p.name)
+def test_no_rule_reaches_the_rewrite(p):
+    """A rule says what a release rejects, whatever graphfix can rewrite. Walks every rule's
+    predicate (and what it calls in the pass's module): none may reach the rewrite or build nodes."""
+    functions = _module_functions(sys.modules[p.rewrite.__module__])
+    for rule, predicate in _predicates(p):
+        reached = _reached(predicate.__name__, functions)
+        used = set().union(*(_calls(functions[f]) for f in reached))
+        assert p.rewrite.__name__ not in reached and not used & _REWRITING, (
+            f"{p.name}: rule {rule.message!r} predicate {predicate.__name__} reaches "
+            f"{sorted((used & _REWRITING) | (reached & {p.rewrite.__name__}))}")
+
+
+def _blocking_nodes(models, releases) -> set[tuple[str, str]]:
+    from graphfix.trt.check import BLOCKING, check_model
+
+    return {(v, f.node) for v in releases for m in models for f in check_model(m, v).findings if f.severity == BLOCKING}
+
+
+@pytest.mark.parametrize("p", passes.all_passes(), ids=lambda p: p.name)
+def test_findings_do_not_shrink_when_no_rewrite_exists(p, monkeypatch):
+    """range-inputs once matched only the Range nodes its plan could rewrite, so `check --trt 8.0`
+    called a rejected float arange clean. Where a rule's predicate asks the pass's plan (how it
+    would rewrite), every plan is made to say "no rewrite" and `graphfix check` must still flag
+    every node it flagged, on every fixture of the pass and every documented release (range-bound:
+    check's own shape-tensor analysis flags a data-dependent Range whether a bound exists or not)."""
+    module = sys.modules[p.rewrite.__module__]
+    functions = _module_functions(module)
+    plans = {f for _, predicate in _predicates(p) for f in _reached(predicate.__name__, functions) if "plan" in f.lower()}
+    if not plans:
+        return
+    models = [fx.build() for _, fx in all_fixtures() if p.name in fx.passes]
+    before = _blocking_nodes(models, DOCUMENTED)
+    for name in plans:
+        monkeypatch.setattr(module, name, lambda *args, **kw: None)
+    after = _blocking_nodes(models, DOCUMENTED)
+    assert before <= after, f"{p.name}: without a rewrite plan, check no longer flags {sorted(before - after)}"

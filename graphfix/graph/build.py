@@ -129,6 +129,14 @@ class Builder:
         return outs[0] if outputs == 1 else outs
 
     # ------------------------------------------------------- opset-aware helpers
+    def max(self, a: TensorLike, b: TensorLike, integer: bool = True, **kw: Any) -> gs.Variable:
+        """max(a, b) elementwise: Max, or for ``integer`` inputs before opset 12 (Max-8 takes
+        floats only: "has unsupported type: tensor(int64)") Where(Less(a, b), b, a)."""
+        if integer and self.opset < 12:
+            a, b = self.tensor(a), self.tensor(b)
+            return self.op("Where", [self.op("Less", [a, b], dtype=np.bool_), b, a], **kw)
+        return self.op("Max", [a, b], **kw)
+
     def _axes(self, axes: Sequence[int]) -> gs.Constant:
         return self.const(np.asarray(list(axes), dtype=np.int64), hint="axes")
 

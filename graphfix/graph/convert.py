@@ -12,6 +12,7 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 from graphfix.graph.build import stored
 from graphfix.graph.edits import bodies, live_nodes, outer_reads
 from graphfix.graph.importer import all_graphs, fingerprint, import_typed
+from graphfix.graph.infer import complete
 from graphfix.model_io import Assembled, copy_fields, default_opset, weightless
 
 
@@ -88,6 +89,7 @@ def to_graph(model: onnx.ModelProto) -> gs.Graph:
         if enabled:
             gc.enable()
     graph.opset = default_opset(model)
+    complete(graph)  # ranks and types where onnx's inference gave up (NonZero -> GatherND at opset 11)
     # What each imported node looked like, and its proto: export reuses the proto of every node
     # no pass touched (onnx-graphsurgeon re-creates all of them, most of an export's time).
     graph.gf_source = (model, sources)
@@ -158,7 +160,7 @@ def _export_reusing(graph: gs.Graph, template: onnx.ModelProto, protos: dict[int
                 written.add(t.name)
                 initializers.append(originals[t.name] if t.name in originals and _unchanged(t, originals[t.name])
                                     else OnnxExporter.export_tensor_proto(t))
-    for t in graph.inputs:  # IR < 4 lists initializers as inputs too
+    for t in [*graph.inputs, *graph.outputs]:  # IR < 4 lists initializers as inputs too; an output may be one
         if t.name in originals and t.name not in written:
             written.add(t.name)
             initializers.append(originals[t.name])

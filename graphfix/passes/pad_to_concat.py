@@ -159,12 +159,12 @@ def _runtime_pads(node: gs.Node, ctx: Context, mode: str, axes: list[int], value
     for k, axis in enumerate(axes):
         begin, end = (b.slice(pads, [j], [j + 1], axes=[0]) for j in (k, n + k))
         size = b.slice(b.shape(y), [axis], [axis + 1], axes=[0])
-        crop_end = b.op("Max", [b.op("Sub", [zero, end]), zero])
-        y = b.op("Slice", [y, b.op("Max", [b.op("Sub", [zero, begin]), zero]), b.op("Sub", [size, crop_end]),
+        crop_end = b.max(b.op("Sub", [zero, end]), zero)
+        y = b.op("Slice", [y, b.max(b.op("Sub", [zero, begin]), zero), b.op("Sub", [size, crop_end]),
                            b.const(np.array([axis], np.int64), hint="axis")], dtype=dtype)
         rank = len(x.shape)
-        parts = [_runtime_block(b, y, rank, axis, b.op("Max", [begin, zero]), True, mode, fill), y,
-                 _runtime_block(b, y, rank, axis, b.op("Max", [end, zero]), False, mode, fill)]
+        parts = [_runtime_block(b, y, rank, axis, b.max(begin, zero), True, mode, fill), y,
+                 _runtime_block(b, y, rank, axis, b.max(end, zero), False, mode, fill)]
         y = b.concat(parts, axis)
     replace_tensor(ctx.graph, node.outputs[0], y)
 

@@ -14,11 +14,26 @@ Rewrite:
   start/delta, limit ``Cast(n)``, ``Cast(n) * c`` or ``Cast(n) / c``) becomes an integer Range
   plus a Cast back, when that is exactly equal (integral c; or 1/c integral with delta 1, using
   ``ceil(n / k) = (n + k - 1) / k`` for shape-derived n >= 0);
-* a data-dependent limit is never rewritten: the finding names the Range, the path to the
-  offending node, the TensorRT error it will hit and what to change upstream.
+* float Range with a rational step (``torch.arange(0, n, 0.5)``, ``1/k``, ``p/q``; integral start,
+  limit ``Cast(n)`` times an exact dyadic factor) becomes ``start + delta * Cast(Range(0, count,
+  1))``, ``count = max(ceil((limit - start) / delta), 0)`` in integers: ``X = sign(p) * (n*a*q -
+  start*b*q)`` over ``Y = b*|p|`` for limit ``n*a/b`` and step ``p/q``, ``(max(X, 0) + Y - 1) / Y``:
+  the numerator is never negative, so truncating and flooring division agree (onnxruntime
+  truncates, the ONNX reference floors). The step's value must be ``p/q`` exactly, or round away
+  from zero (``fl(1/3) > 1/3``): then ``(limit - start) / delta`` never crosses an integer that
+  ``(limit - start) * q / p`` does not reach, and the count is the float count. Exact while the
+  values stay below 2^24 (float32's integers);
+* a data-dependent limit, or a float Range with runtime inputs that has no exact integer form, is
+  never rewritten: the finding names the Range and what to change upstream (for data, the path
+  to the offending node and the TensorRT error it will hit).
+
+The rules do not depend on the rewrite: a float Range with runtime inputs is rejected by 8.0-8.2
+whether graphfix can rewrite it or not (``check`` flags it, the rewrite says why it cannot).
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -32,9 +47,12 @@ MAX_FOLDED_ELEMENTS = 1 << 16
 
 
 def _float_runtime(node: gs.Node, ctx: Context) -> bool:
-    plan = _plan(node, ctx)
+    """A float Range whose inputs are not all weights: 8.0-GA/8.2-GA's Range importer takes the
+    float case only when start, limit and delta are all weights and otherwise asserts INT32 ("For
+    range operator with dynamic inputs, this version of TensorRT only supports INT32!"). A
+    statement about the node alone, whatever graphfix can rewrite."""
     dtype = tensor_dtype(node.outputs[0])
-    return plan is not None and plan[0] != "data" and dtype is not None and dtype.kind == "f"
+    return dtype is not None and dtype.kind == "f" and not all(is_weights(t) for t in node.inputs)
 
 
 def _non_fp32_runtime(node: gs.Node, ctx: Context) -> bool:
@@ -42,27 +60,35 @@ def _non_fp32_runtime(node: gs.Node, ctx: Context) -> bool:
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
-    kind, detail = _plan(node, ctx)  # type: ignore[misc]
-    if kind == "data":
+    kind, detail = _plan(node, ctx)
+    if kind in ("data", "none"):
         raise Skip(detail)
     b = ctx.builder
     if kind == "fold":
         replace_tensor(ctx.graph, node.outputs[0], _folded(b, node, ctx))
-    else:
+    elif kind == "integer":
         replace_tensor(ctx.graph, node.outputs[0], _integer_range(b, node, ctx))
+    else:
+        replace_tensor(ctx.graph, node.outputs[0], _rational_range(b, node, ctx))
 
 
-def _plan(node: gs.Node, ctx: Context) -> tuple[str, str] | None:
-    """("fold"|"integer"|"data", detail) or None when TensorRT takes the Range as it is."""
+NO_FORM = ("no exact integer form: start and delta must be constants, start integral, delta a ratio p/q, and the "
+           "limit Cast(n), Cast(n) * c or Cast(n) / c of an integer n; compute the arange in integers upstream "
+           "(torch.arange(count) * step + start) or target TensorRT >= 8.4")
+
+
+def _plan(node: gs.Node, ctx: Context) -> tuple[str, str]:
+    """("fold"|"integer"|"rational"|"data"|"none", detail): how the rewrite would go (only asked
+    for nodes a rule matched: the rules never ask it)."""
     cache = ctx.options.setdefault("range_plans", {})
     if id(node) not in cache:
         cache[id(node)] = _classify(node, ctx)
     return cache[id(node)]
 
 
-def _classify(node: gs.Node, ctx: Context) -> tuple[str, str] | None:
+def _classify(node: gs.Node, ctx: Context) -> tuple[str, str]:
     if all(is_weights(t) for t in node.inputs):
-        return None
+        return ("none", "every input is a weight: nothing to rewrite")
     if all(ctx.folder.value(t) is not None for t in node.inputs):
         return ("fold", "")
     for name, t in zip(("start", "limit", "delta"), node.inputs, strict=True):
@@ -72,7 +98,9 @@ def _classify(node: gs.Node, ctx: Context) -> tuple[str, str] | None:
     dtype = tensor_dtype(node.outputs[0])
     if dtype is not None and dtype.kind == "f" and _integer_limit(node, ctx) is not None:
         return ("integer", "")
-    return None
+    if dtype is not None and dtype.kind == "f" and _rational(node, ctx) is not None:
+        return ("rational", "")
+    return ("none", NO_FORM)
 
 
 def _origin(t: gs.Tensor, ctx: Context) -> Origin:
@@ -129,13 +157,19 @@ def _integer_limit(node: gs.Node, ctx: Context) -> tuple[gs.Tensor, int, int, in
             return None
         limit = producer.inputs[1 - k]
         producer = limit.inputs[0] if limit.inputs else None
+    n = _cast_integer(producer)
+    if n is None or (div != 1 and _origin(n, ctx).kind != SHAPE):
+        return None
+    return n, mul, div, int(s), int(d)
+
+
+def _cast_integer(producer: gs.Node | None) -> gs.Tensor | None:
+    """``n`` where a limit is ``Cast(n)`` of an integer tensor, else None."""
     if producer is None or producer.op != "Cast":
         return None
     n = producer.inputs[0]
     n_dtype = tensor_dtype(n)
-    if n_dtype is None or n_dtype.kind not in "iu" or (div != 1 and _origin(n, ctx).kind != SHAPE):
-        return None
-    return n, mul, div, int(s), int(d)
+    return n if n_dtype is not None and n_dtype.kind in "iu" else None
 
 
 def _integer_range(b: Builder, node: gs.Node, ctx: Context) -> gs.Tensor:
@@ -150,6 +184,83 @@ def _integer_range(b: Builder, node: gs.Node, ctx: Context) -> gs.Tensor:
     return b.cast(ints, tensor_dtype(node.outputs[0]))
 
 
+#: Largest denominator tried for a step given as a rounded ratio (1/3, 2/7 ...).
+MAX_DENOMINATOR = 1024
+
+
+def _scalar(t: gs.Tensor, ctx: Context) -> float | None:
+    value = ctx.folder.value(t)
+    if value is None or np.asarray(value).size != 1:
+        return None
+    v = float(np.asarray(value).reshape(-1)[0])
+    return v if np.isfinite(v) else None
+
+
+def _step(d: float, dtype: np.dtype) -> Fraction | None:
+    """The ratio p/q the step ``d`` stands for: its exact value when that has a small denominator
+    (0.5, 0.75), else the nearest small ratio that rounds to ``d`` in ``dtype``, provided ``d``
+    rounds away from zero (then the float count equals the ratio's count, see the module doc)."""
+    exact = Fraction(d)
+    if exact.denominator <= MAX_DENOMINATOR:
+        return exact
+    ratio = exact.limit_denominator(MAX_DENOMINATOR)
+    if ratio == 0 or float(np.asarray(float(ratio), dtype)) != d or abs(exact) < abs(ratio):
+        return None
+    return ratio
+
+
+def _rational(node: gs.Node, ctx: Context) -> tuple[gs.Tensor, int, int, int, Fraction] | None:
+    """(n, a, b, start, step) when start is integral, step a ratio and limit = Cast(n) * a / b with
+    b a power of two (exactly representable), n an integer tensor."""
+    s, d = _scalar(node.inputs[0], ctx), _scalar(node.inputs[2], ctx)
+    dtype = tensor_dtype(node.outputs[0])
+    if s is None or d is None or d == 0 or not s.is_integer() or dtype is None:
+        return None
+    step = _step(d, dtype)
+    if step is None:
+        return None
+    limit, factor = node.inputs[1], Fraction(1)
+    producer = limit.inputs[0] if limit.inputs else None
+    if producer is not None and producer.op in ("Mul", "Div"):
+        consts = [_scalar(i, ctx) for i in producer.inputs]
+        k = 1 if consts[1] is not None else 0 if producer.op == "Mul" and consts[0] is not None else None
+        if k is None or not consts[k]:
+            return None
+        factor = Fraction(consts[k]) if producer.op == "Mul" else 1 / Fraction(consts[k])
+        if factor <= 0 or factor.denominator & (factor.denominator - 1):  # n * a / b exact only for b = 2^e
+            return None
+        limit = producer.inputs[1 - k]
+        producer = limit.inputs[0] if limit.inputs else None
+    n = _cast_integer(producer)
+    return None if n is None else (n, factor.numerator, factor.denominator, int(s), step)
+
+
+def _rational_range(b: Builder, node: gs.Node, ctx: Context) -> gs.Tensor:
+    """start + delta * Cast(Range(0, count, 1)), count in integers (module doc)."""
+    n, a, den, s, step = _rational(node, ctx)  # type: ignore[misc]
+    p, q = step.numerator, step.denominator
+    int_type = tensor_dtype(n)
+    sign = 1 if p > 0 else -1
+    x: gs.Tensor = n
+    if a * q * sign != 1:
+        x = b.op("Mul", [x, np.array(a * q * sign, int_type)])
+    if s * den * q:
+        x = b.op("Sub", [x, np.array(s * den * q * sign, int_type)])
+    if sign < 0 or s > 0 or _origin(n, ctx).kind != SHAPE:  # only a shape-derived n - (start <= 0) is >= 0
+        x = b.max(x, np.array(0, int_type))
+    y = den * abs(p)
+    count = x if y == 1 else b.op("Div", [b.op("Add", [x, np.array(y - 1, int_type)]), np.array(y, int_type)])
+    dtype = tensor_dtype(node.outputs[0])
+    ints = b.op("Range", [np.array(0, int_type), count, np.array(1, int_type)], dtype=int_type)
+    out: gs.Tensor = b.cast(ints, dtype)
+    delta = np.asarray(ctx.folder.value(node.inputs[2])).reshape(()).astype(dtype)
+    if delta != 1:
+        out = b.op("Mul", [out, delta])
+    if s:
+        out = b.op("Add", [out, np.array(s, dtype)])
+    return out
+
+
 PASS = Pass(
     name="range-inputs",
     order=70,  # after the passes that may create Range (cumsum-decompose's arange_like)
@@ -157,7 +268,11 @@ PASS = Pass(
     ops=frozenset({"Range"}),
     rules=(
         Rule(TYPE, "<8.4", "float Range with inputs computed at runtime (INT32 only before 8.4)", _float_runtime,
-             error="range-input-types", evidence="importer source 8.0-8.2"),
+             error="range-input-types",
+             evidence="onnx-tensorrt 8.0-GA and 8.2-GA builtin_op_importers.cpp, Range importer: the float case only "
+                      "when inputs 0-2 are all weights (staticFloatRangeImporter), else ASSERT isInt32 'For range "
+                      "operator with dynamic inputs, this version of TensorRT only supports INT32!'; 8.4-GA accepts "
+                      "INT32 or FP32 ('only supports int32 and float input types for Range')"),
         Rule(TYPE, ">=8.4", "Range of a float type other than FP32 with runtime inputs", _non_fp32_runtime,
              error="range-input-types", evidence="operator table types"),
     ),
