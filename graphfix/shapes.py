@@ -477,7 +477,7 @@ class Budget:
                     d.dim_value = int(v)
         inferred = onnx.shape_inference.infer_shapes(stub, data_prop=True)
         cost = self._liveness(inferred.graph.node, {vi.name: vi for vi in [*inferred.graph.input, *inferred.graph.value_info]})
-        if cost.unknown and cost.memory > self.max_memory // 8:
+        if cost.unknown and cost.memory > self.max_memory // 64:
             # onnx's inference loses sizes computed through Shape->Reshape (attention heads): where
             # that could matter, onnxruntime's symbolic inference (slower, in Python) fills them in
             refined = _symbolic_inference(stub)
