@@ -730,8 +730,10 @@ class System:
         self.solved: list[tuple[str, object]] = []  # (dependent symbol, its equation)
         self.checks: list[tuple] = []
         for eq in self.equations:
+            lone = _lone(eq)
             syms = sorted((s.name for s in eq.free_symbols),
-                          key=lambda s: (len(carried.get(s, [])), role_of.get(s) == "batch", -max((k for k, _ in carried.get(s, [])), default=0), s))
+                          key=lambda s: (s not in lone, len(carried.get(s, [])), role_of.get(s) == "batch",
+                                         -max((k for k, _ in carried.get(s, [])), default=0), s))
             names = sorted(s.name for s in eq.free_symbols)
             fn = sympy.lambdify([sympy.Symbol(n) for n in names], eq.subs({s: sympy.Symbol(s.name) for s in eq.free_symbols}), modules="math")
             pick = next((s for s in syms if s not in self.dependent and s in carried), None)
@@ -779,6 +781,18 @@ class System:
             if all(n in env for n in names) and not _zero(fn, names, env):
                 return None
         return env
+
+
+def _lone(eq) -> set[str]:
+    """In a linear equation, the symbols alone on their side (``total`` in ``total - past - new``):
+    solved for, they come out as a sum of the others, positive where the others are."""
+    try:
+        if not eq.is_polynomial() or any(eq.as_poly().degree(s) > 1 for s in eq.free_symbols) or len(eq.as_poly().monoms()) > len(eq.free_symbols) + 1:
+            return set()
+        coeff = {s.name: eq.coeff(s) for s in eq.free_symbols}
+    except Exception:  # noqa: BLE001 - sympy's many refusals: no preference
+        return set()
+    return {s for s, c in coeff.items() if c.is_number and all(o.is_number and (c > 0) != (o > 0) for n, o in coeff.items() if n != s)}
 
 
 def _zero(fn, names: list[str], env: dict[str, int]) -> bool:
