@@ -13,6 +13,17 @@ only then the short ladder of small sizes. A candidate is used only when the ori
 there, twice with identical outputs, and its outputs are not degenerate (``runs`` says why not).
 Two distinct shapes are kept when the model is dynamic, because one shape hides shape bugs (a
 rewrite that is only right at n = 1).
+
+Names are not enough when an exporter names related dims apart: an LLM decode step's
+``attention_mask`` is as long as its KV cache plus the new tokens, but the legacy exporter calls the
+three ``total_sequence``, ``past_sequence`` and ``sequence``, and every candidate that makes them
+equal fails. So when a candidate fails, the relations are read from the graph (:func:`relations`:
+what onnxruntime's symbolic shape inference merges, what a Gather's positions suggest) and solved
+(:class:`System`), and the candidates that satisfy them are tried first. And the sizes a role
+suggests can be far too big: a latent decoder given 224x224 latents makes 1792x1792 images (a run
+grew to 20.9 GB), so an image input that the outputs grow from several times is a *latent* with
+latent sizes, and every candidate's run is estimated from onnx's shape inference before it is tried
+(:class:`Budget`; ``--max-memory``): one over the budget is not run.
 """
 
 from __future__ import annotations
