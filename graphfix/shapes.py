@@ -29,7 +29,9 @@ latent sizes, and every candidate's run is estimated from onnx's shape inference
 from __future__ import annotations
 
 import ast
+import itertools
 import operator
+import re
 from dataclasses import dataclass
 
 import onnx
@@ -264,7 +266,13 @@ def choose(model: onnx.ModelProto, given: list[Shapes], runs, where: str | None 
     levels = range(max(len(v) for v in TYPICAL.values()))
     queue = [(plain, level) for level in levels]
     systems, found, analysed = [plain], [], False
-    while queue:
+    guessed = False
+    while queue or not (guessed or found):
+        if not queue:  # nothing from the graph ran: relations the errors point at, one at a time
+            guessed = True
+            extra = _error_systems(dims, role_of, search.errors)
+            queue = [(s, 0) for s in extra]
+            continue
         system, level = queue.pop(0)
         full = search.attempt(typical(dims, role_of, level, system), system)
         if full is not None:
@@ -273,6 +281,9 @@ def choose(model: onnx.ModelProto, given: list[Shapes], runs, where: str | None 
                 kinds = ", ".join(f"{sym}: {role}" for sym, role in sorted(role_of.items()))
                 return search.choice(found, f"dynamic dims set to the sizes their role suggests ({kinds}"
                                             f"{_upsampled(factor)}): {' and '.join(describe(s) for s in found)}", systems)
+            if system not in systems:  # an error's relation that holds: its other sizes next
+                systems = [system, *systems]
+                queue = [(system, k) for k in levels if k != level]
         elif search.failed and not analysed:
             analysed = True
             extra = _systems(model, dims, role_of)
@@ -317,6 +328,31 @@ def _systems(model: onnx.ModelProto, dims: dict[str, list], role_of: dict[str, s
     if equations:
         out.append(System(equations, dims, role_of, "relations the graph implies"))
     return [s for s in out if s.dependent or s.checks]
+
+
+#: A run's error that says an index or a broadcast went past a dim: another dim should be larger.
+_BOUND_ERROR = re.compile(r"out of (?:data )?bounds|invalid index|must be within|broadcast|incompatible dimensions", re.I)
+#: At most this many length symbols are related by guessing from errors (the guesses grow as n^3).
+MAX_GUESSED_SYMBOLS = 4
+
+
+def _error_systems(dims: dict[str, list], role_of: dict[str, str], errors: list[str]) -> list[System]:
+    """When the graph said nothing that ran and the runs failed on an index or a broadcast past a
+    dim ("invalid index found, index = 16" where a mask is as long as a cache plus the new tokens):
+    each length symbol as the sum of two others, as another plus one, or as twice another, each
+    tried on its own."""
+    lengths = sorted(s for s, r in role_of.items() if r == "length")
+    if not any(_BOUND_ERROR.search(e) for e in errors) or not 2 <= len(lengths) <= MAX_GUESSED_SYMBOLS:
+        return []
+    import sympy
+
+    sym = {s: sympy.Symbol(s, integer=True, positive=True) for s in lengths}
+    equations = []
+    for a in lengths:
+        others = [b for b in lengths if b != a]
+        equations += [sym[a] - sym[b] - sym[c] for b, c in itertools.combinations(others, 2)]
+        equations += [e for b in others for e in (sym[a] - sym[b] - 1, sym[a] - 2 * sym[b])]
+    return [System([eq], dims, role_of, "a relation the run's errors suggested") for eq in equations]
 
 
 class _Search:

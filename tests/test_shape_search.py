@@ -228,3 +228,15 @@ def test_a_bad_max_memory_is_refused_in_one_line(value, capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "--max-memory" in err
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_where_the_graph_says_nothing_the_runs_errors_suggest_the_relation(monkeypatch):
+    """A graph onnxruntime's symbolic inference cannot follow: the decode step's Gather error
+    ("indices element out of data bounds") has the search try one length as the sum of two others."""
+    from graphfix import shapes
+
+    monkeypatch.setattr(shapes, "relations", lambda m: ([], []))
+    rep = graphfix.fix(str(REAL / "gpt2_decode_kv_legacy.onnx"), "all").report
+    assert rep.status == "ok"
+    assert "the run's errors suggested: total_sequence = past_sequence + sequence" in rep.shapes["reason"]
+    assert all(s["attention_mask"][1] == s["past_key_0"][2] + s["input_ids"][1] for s in rep.shapes["shapes"])
