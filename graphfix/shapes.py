@@ -321,13 +321,23 @@ def _upsampled(factor: dict[str, int]) -> str:
 def _systems(model: onnx.ModelProto, dims: dict[str, list], role_of: dict[str, str]) -> list[System]:
     """The relation systems to try, most assumed first: the graph's equations and an index's
     guesses, then the equations alone."""
-    equations, guesses = relations(model)
+    try:
+        equations, guesses = relations(model)
+    except Exception:  # noqa: BLE001 - a best-effort reading of the graph: none, the search goes on by names
+        equations, guesses = [], []
     out = []
     if guesses:
-        out.append(System(equations + guesses, dims, role_of, "relations the graph implies and its gathers suggest"))
+        out.append(_system(equations + guesses, dims, role_of, "relations the graph implies and its gathers suggest"))
     if equations:
-        out.append(System(equations, dims, role_of, "relations the graph implies"))
-    return [s for s in out if s.dependent or s.checks]
+        out.append(_system(equations, dims, role_of, "relations the graph implies"))
+    return [s for s in out if s is not None and (s.dependent or s.checks)]
+
+
+def _system(equations: list, dims: dict[str, list], role_of: dict[str, str], name: str) -> System | None:
+    try:
+        return System(equations, dims, role_of, name)
+    except Exception:  # noqa: BLE001 - sympy refuses some expressions: that relation is not tried
+        return None
 
 
 #: A run's error that says an index or a broadcast went past a dim: another dim should be larger.
@@ -352,7 +362,8 @@ def _error_systems(dims: dict[str, list], role_of: dict[str, str], errors: list[
         others = [b for b in lengths if b != a]
         equations += [sym[a] - sym[b] - sym[c] for b, c in itertools.combinations(others, 2)]
         equations += [e for b in others for e in (sym[a] - sym[b] - 1, sym[a] - 2 * sym[b])]
-    return [System([eq], dims, role_of, "a relation the run's errors suggested") for eq in equations]
+    systems = [_system([eq], dims, role_of, "a relation the run's errors suggested") for eq in equations]
+    return [s for s in systems if s is not None]
 
 
 class _Search:
@@ -486,7 +497,10 @@ class Budget:
     propagation: sizes computed from ``Shape``) at those shapes, without running it."""
 
     def __init__(self, model: onnx.ModelProto, max_memory: int = DEFAULT_MAX_MEMORY, max_work: int = MAX_WORK) -> None:
-        self.stub = _stub(model)
+        try:
+            self.stub: onnx.ModelProto | None = _stub(model)
+        except Exception:  # noqa: BLE001 - a graph protobuf cannot copy: no estimates, the search runs unbudgeted
+            self.stub = None
         self.max_memory, self.max_work = max_memory, max_work
         self.weights = sum(_numel(t.dims) * _itemsize(t.data_type) for t in model.graph.initializer)
         self.inits = {t.name for t in model.graph.initializer}
@@ -496,6 +510,8 @@ class Budget:
 
     def cost(self, shapes: Shapes) -> Cost | None:
         key = describe(shapes)
+        if self.stub is None:
+            return None
         if key not in self.cache:
             try:
                 self.cache[key] = self._cost(shapes)
@@ -691,7 +707,10 @@ def relations(model: onnx.ModelProto) -> tuple[list, list]:
     assumed; the graph's outputs are not read (an exporter's output dim names say nothing)."""
     if len(model.graph.node) > MAX_ANALYSED_NODES:
         return [], []
-    inf = _symbolic_inference(_stub(model))
+    try:
+        inf = _symbolic_inference(_stub(model))
+    except Exception:  # noqa: BLE001 - a graph protobuf cannot copy: no relations
+        inf = None
     if inf is None:
         return [], []
     import sympy
