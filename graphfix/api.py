@@ -14,6 +14,7 @@ from graphfix import atomic, options, paths, pipeline, report
 from graphfix.model_io import check_graph, load_model, save_model
 from graphfix.passes.base import Pass
 from graphfix.report import Report
+from graphfix.shapes import DEFAULT_MAX_MEMORY
 
 
 @dataclass
@@ -111,6 +112,7 @@ def fix(
     profile_shapes: Sequence[dict[str, Sequence[int]]] = (),
     fix_shapes: dict[str, Sequence[int]] | None = None,
     simplify: bool = False,
+    max_memory: str | int = DEFAULT_MAX_MEMORY,
 ) -> FixResult:
     """Run the pass pipeline on a model (path or ModelProto), verifying each pass on onnxruntime.
 
@@ -125,10 +127,12 @@ def fix(
     ``inputs``: feeds (one dict per iteration) or a ``.npz``/polygraphy JSON file of them.
     ``fix_shapes``: input dims to freeze in the written model (the shape arithmetic that then
     folds is folded; verified against the original at those shapes). ``simplify``: onnxsim first
-    (``graphfix[simplify]``), verified and rolled back like a pass.
+    (``graphfix[simplify]``), verified and rolled back like a pass. ``max_memory`` (bytes, or
+    ``"4G"``): candidate verification shapes whose run is estimated above it are not tried.
     Bad settings, paths or inputs raise GraphfixError before any work.
     """
-    options.check_settings(passes=passes, iterations=iterations, seed=seed, atol=atol, rtol=rtol, val_range=val_range)
+    options.check_settings(passes=passes, iterations=iterations, seed=seed, atol=atol, rtol=rtol, val_range=val_range,
+                           max_memory=max_memory)
     source = None if isinstance(model, onnx.ModelProto) else str(model)
     inputs_file = None if inputs is None or isinstance(inputs, list | tuple) else str(inputs)
     paths.plan_fix(source, output, load_inputs=inputs_file)
@@ -145,6 +149,7 @@ def fix(
         iterations=iterations, input_shapes=_shape_sets(input_shapes),
         profile_shapes=_shape_sets(list(profile_shapes)), val_range=dict(val_range or {}), feeds=inputs,
         fix_shapes={k: tuple(int(d) for d in v) for k, v in (fix_shapes or {}).items()}, simplify=simplify,
+        max_memory=options.parse_memory(max_memory),
         base_dir=None if source is None else str(Path(source).resolve().parent),
     )
     outcome = pipeline.run(model, settings, source, None if output is None else str(output), progress)

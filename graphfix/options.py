@@ -30,10 +30,33 @@ FEEDABLE = frozenset({
 UNRETURNABLE = frozenset({onnx.TensorProto.BFLOAT16})
 
 
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_memory(value: str | int) -> int:
+    """``--max-memory``: bytes, or a number with K/M/G/T (binary: 1G = 2**30; ``4G``, ``512MiB``, ``1.5g``)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number, unit = float(value), ""
+    else:
+        text = str(value).strip().lower()
+        digits = text.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
+        number, unit = digits, text[len(digits):].strip()
+        try:
+            number = float(number)
+        except ValueError:
+            number = math.nan
+    if unit not in _UNITS or not math.isfinite(number) or number * _UNITS[unit] < 1 << 20:
+        raise GraphfixError(f"--max-memory {value}: expected a size of at least 1M, such as 4G or 512M")
+    return int(number * _UNITS[unit])
+
+
 def check_settings(*, passes: Any = "all", iterations: int = 1, seed: int = 1, atol: float | None = None,
                    rtol: float | None = None,
-                   val_range: Mapping[str, tuple[float, float]] | None = None) -> None:
+                   val_range: Mapping[str, tuple[float, float]] | None = None, max_memory: str | int | None = None) -> None:
     """Numbers and lists that make no sense, refused before anything is read."""
+    if max_memory is not None:
+        parse_memory(max_memory)
     for name, (lo, hi) in (val_range or {}).items():
         if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
             raise GraphfixError(f"--val-range {name}:[{lo},{hi}]: needs finite bounds with lo <= hi")

@@ -80,6 +80,8 @@ class Settings:
     #: --simplify: onnxsim first, verified and rolled back like a pass (needs graphfix[simplify])
     simplify: bool = False
     val_range: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: --max-memory: the estimated peak bytes of one run at a candidate verification shape
+    max_memory: int = shapes_mod.DEFAULT_MAX_MEMORY
     feeds: list[dict[str, np.ndarray]] | None = None
     #: the folder the model's external-data locations are relative to (None: no external data)
     base_dir: str | None = None
@@ -103,7 +105,7 @@ class Settings:
             "seed": self.seed, "iterations": self.iterations,
             "input_shapes": [{k: list(v) for k, v in s.items()} for s in self.input_shapes],
             "fix_shapes": {k: list(v) for k, v in self.fix_shapes.items()}, "simplify": self.simplify,
-            "val_range": {k: list(v) for k, v in self.val_range.items()},
+            "val_range": {k: list(v) for k, v in self.val_range.items()}, "max_memory": self.max_memory,
         }
 
 
@@ -514,7 +516,7 @@ def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: s
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
             return first_line(exc)
 
-    choice = shapes_mod.choose(model, settings.input_shapes, runs, source)
+    choice = shapes_mod.choose(model, settings.input_shapes, runs, source, settings.max_memory)
     for extra in settings.profile_shapes:
         full = {**choice.shapes[0], **extra}
         if full in choice.shapes:

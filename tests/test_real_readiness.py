@@ -31,3 +31,13 @@ def test_auto_leaves_nothing_the_release_rejects(path):
         assert left == [], (trt, [(f.op, f.node, f.message) for f in left][:5])
         if dynamic and any(p.rewritten for p in result.report.passes):
             assert len(result.report.shapes["shapes"]) >= 2, trt
+
+
+#: Issue 22's families (fixtures/real/export_real_decoders.py): LLM decode steps with a KV cache,
+#: an LLM without one and a latent decoder; found by the glob above, listed so that losing one fails.
+DECODERS = ["gpt2_decode_kv_legacy", "gpt2_decode_kv_dynamo", "llama_decode_kv_legacy", "llama_decode_kv_dynamo",
+            "gpt2_no_cache", "vae_decoder_legacy"]
+
+
+def test_decoder_families_are_in_the_readiness_matrix():
+    assert set(DECODERS) <= {p.stem for p in REAL}

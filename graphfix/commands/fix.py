@@ -69,6 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "repeat to verify at several shapes (default: found by trying)")
     v.add_argument("--val-range", action="append", metavar="NAME:[LO,HI]", help="value range of an input (e.g. indices)")
     v.add_argument("--load-inputs", metavar="FILE", help="inputs from .npz or polygraphy JSON (polygraphy run --save-inputs)")
+    v.add_argument("--max-memory", metavar="SIZE", default="4G",
+                   help="verification shapes are searched for only where one onnxruntime run is estimated below this "
+                        "(bytes, or K/M/G: 4G, the default, 512M); the report says which budget chose the shapes")
     t = p.add_argument_group("TensorRT engine (needs graphfix[trt] and a GPU)")
     t.add_argument("--build", metavar="ENGINE", help="build the fixed model with polygraphy and compare TensorRT with onnxruntime")
     for which in ("min", "opt", "max"):
@@ -192,7 +195,7 @@ def fix_one(args: argparse.Namespace) -> int:
     parse_input_shapes(args.input_shapes)  # syntax first
     val_range = parse_val_ranges(args.val_range)
     options.check_settings(passes=args.passes, iterations=args.iterations, seed=args.seed, atol=args.atol, rtol=args.rtol,
-                           val_range=val_range)
+                           val_range=val_range, max_memory=args.max_memory)
     if args.trt is not None:
         trt_support.resolve(args.trt)  # a typo ('86') is refused before any work
     profile = parse_profile_shapes(args.trt_min_shapes, args.trt_opt_shapes, args.trt_max_shapes)
@@ -208,7 +211,7 @@ def fix_one(args: argparse.Namespace) -> int:
             iterations=args.iterations, input_shapes=parse_shape_sets(args.input_shapes), verify_each=args.verify_each,
             profile_shapes=_profile_sets(args), progress=status,
             val_range=val_range, inputs=args.load_inputs, fix_shapes=parse_input_shapes(args.fix_shapes),
-            simplify=args.simplify,
+            simplify=args.simplify, max_memory=args.max_memory,
         )
     except BaseException:
         if status is not None:
