@@ -20,13 +20,20 @@ How:
   for bit). Where the indices cover fewer rows than the data, the rest of the data is sliced off
   first and concatenated back.
 
+* runtime indices, ``reduction="add"`` on float32, one index per slice along the axis (the index
+  is 1-D or an Expand of a column: graph networks' ``index.view(-1, 1).expand_as(src)``): the sum is
+  one MatMul of a D x I one-hot with the updates, built once instead of once per row (exact for
+  inf/NaN updates and untouched rows, see ``_summed_by_matmul``).
+
 Memory: the grid holds rows x D x I elements (BOOL, plus float32 for ``none`` or the Where'd
 updates for reductions); above 2^25 with static shapes the node is reported, not rewritten.
 Dynamic shapes are rewritten unbounded. Float add/mul with duplicate targets sum in a different
 order than onnxruntime's sequential loop (last-bit differences). Cost: onnxruntime's native op
 is O(updates); the grid is O(updates x D), so a reduction into many slots is slow on CPU
 (``scatter_reduce`` amax of 512 edges x 64 features into 100 nodes: ~100x native), which is
-the price of importing at all before 8.2 or of a right answer in 8.2-9.x.
+the price of importing at all before 8.2 or of a right answer in 8.2-9.x. The MatMul form brings a
+GCN's scatter-add at 1000 nodes / 5000 edges / 32 features from ~400x to ~20x onnxruntime's native
+op (the native op is O(updates), any form without a scatter is O(updates x D)).
 
 Left out: ScatterElements on BOOL/INT8 data for >= 8.2 (a type issue, not a missing importer).
 """
