@@ -331,13 +331,10 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         step(f"checking the model for TensorRT {settings.trt}")
     before = _check(model, settings.trt)  # once: it chooses the passes for auto and opens the summary
 
-    feeds: list[dict[str, np.ndarray]] = []
-    if settings.verify:
-        step("choosing verification inputs")
-        feeds = _feeds(model, settings, report, source, counter)
+    feeds = _LazyFeeds(model, settings, report, source, counter, step)  # chosen when something needs them
     if settings.simplify:
         step("simplifying (onnxsim)")
-        simplified = _simplify(model, settings, report, counter, feeds, before)
+        simplified = _simplify(model, settings, report, counter, feeds.get() if settings.verify else [], before)
         if simplified is not model:
             model, before = simplified, _check(simplified, settings.trt)
     chosen = choose_passes(model, settings, before)
@@ -348,16 +345,15 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     try:
         log = EditLog()
         decided = discrete.find(graph) if settings.verify else ([], {})
-        if decided[1] and len(feeds) < 2 and not settings.feeds:  # near-ties show at more than one input
-            shapes = {k: tuple(v) for k, v in report.shapes["shapes"][0].items()}
-            feeds = feeds + verify.make_inputs(model, shapes, settings.val_range, settings.seed + 1, 1)
         if settings.verify and settings.verify_each:
             return _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step, before)
         _run_passes(graph, chosen, settings, log, report, step)
         baseline = final_results = fixed = None
-        if settings.verify:
-            baseline, final_results, fell_back, fixed = _verify_regions(model, graph, log, settings, report, feeds, counter,
-                                                                        source, decided, step)
+        if settings.verify and not any(not e.undone for e in log.edits):
+            feeds.unused()
+        elif settings.verify:
+            baseline, final_results, fell_back, fixed = _verify_regions(model, graph, log, settings, report, feeds.get(decided),
+                                                                        counter, source, decided, step)
             if fell_back:
                 gc.unfreeze()
                 report.passes.clear()
@@ -375,7 +371,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     report.sessions = counter.count
     if not counter.tuned:
         report.notes.append(verify.DEFAULT_SETTINGS_NOTE)
-    outcome = Outcome(fixed, report, feeds, baseline, final_results)
+    outcome = Outcome(fixed, report, feeds.chosen or [], baseline, final_results)
     if settings.trt is not None:
         step(f"checking the fixed model for TensorRT {settings.trt}")
         after = _check_fixed(graph, fixed, settings.trt) if isinstance(fixed, Assembled) else _check(fixed, settings.trt)
@@ -467,6 +463,36 @@ def _whole_model_step(name: str, model: onnx.ModelProto, candidate: onnx.ModelPr
             record.nodes_after = record.nodes_before
     record.seconds = round(time.perf_counter() - t0, 4)
     return model if record.verdict == ROLLED_BACK else candidate
+
+
+class _LazyFeeds:
+    """Verification's feeds, chosen on first use: the shape search (a session of the input model,
+    runs at candidate shapes) is paid only by a run that rewrote something (a pass, --simplify).
+    A run whose passes changed nothing writes the model without opening a session."""
+
+    def __init__(self, model: onnx.ModelProto, settings: Settings, report: Report, source: str | None,
+                 counter: verify.SessionCounter, step) -> None:
+        self.model, self.settings, self.report, self.source, self.counter, self.step = model, settings, report, source, counter, step
+        self.chosen: list[dict[str, np.ndarray]] | None = None
+        self.decisions_added = False
+
+    def get(self, decided: tuple = ([], {})) -> list[dict[str, np.ndarray]]:
+        """The feeds (searched once); with decisions (graphfix.discrete), at least two input sets:
+        near-ties show at more than one input."""
+        if self.chosen is None:
+            self.step("choosing verification inputs")
+            self.chosen = _feeds(self.model, self.settings, self.report, self.source, self.counter)
+        if decided[1] and len(self.chosen) < 2 and not self.settings.feeds and not self.decisions_added:
+            self.decisions_added = True
+            shapes = {k: tuple(v) for k, v in self.report.shapes["shapes"][0].items()}
+            self.chosen = self.chosen + verify.make_inputs(self.model, shapes, self.settings.val_range, self.settings.seed + 1, 1)
+        return self.chosen
+
+    def unused(self) -> None:
+        """Nothing was rewritten: no feeds, no session; the report says why."""
+        if self.chosen is None and not self.report.shapes:
+            self.report.shapes = {"reason": "not needed: nothing was rewritten, so nothing was verified "
+                                            "(no onnxruntime session)", "shapes": []}
 
 
 def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: str | None,
@@ -608,23 +634,31 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
     """Whole-pass checking: one session for the input plus one per changed pass (debugging, fallback)."""
     if not report.verification:
         report.verification = "pass by pass (--verify-each)"
-    step("original model on onnxruntime")
-    baseline = verify.run(model, feeds, "original", counter, settings.base_dir)
     full_check = passes_full_check(model)
-    state = {"results": baseline}
+    state: dict[str, Any] = {"results": None}
+
+    def reference() -> Any:
+        """The original's outputs, run when the first pass changed something (feeds chosen then)."""
+        if state["results"] is None:
+            step("original model on onnxruntime")
+            state["feeds"] = feeds.get()
+            state["baseline"] = state["results"] = verify.run(model, state["feeds"], "original", counter, settings.base_dir)
+        return state["baseline"]
 
     def check(record: PassRecord, edits) -> None:
+        baseline = reference()
+        feeds_now = state["feeds"]
         step(f"running passes: verifying {record.name}")
         candidate = to_model(graph, model)
         reason = _invalid(candidate, full_check)
         results = None
         if not reason:
             try:
-                results = verify.run(candidate, feeds, record.name, counter, settings.base_dir)
+                results = verify.run(candidate, feeds_now, record.name, counter, settings.base_dir)
             except Exception as exc:  # noqa: BLE001
                 reason = f"onnxruntime cannot run the rewritten model ({first_line(exc)})"
         if results is not None:
-            diffs = _end_to_end(model, baseline, results, settings, feeds, counter, report)
+            diffs = _end_to_end(model, baseline, results, settings, feeds_now, counter, report)
             record.outputs = {k: d.as_dict() for k, d in diffs.items()}
             bad = [k for k, d in diffs.items() if not d.passed]
             if bad:
@@ -641,15 +675,18 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
 
     if _run_passes(graph, chosen, settings, log, report, step, after_pass=check):  # regions undone after checking
         fixed = to_model(graph, model)
-        state["results"] = verify.run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
-        diffs = _end_to_end(model, baseline, state["results"], settings, feeds, counter, report)
+        baseline = reference()
+        state["results"] = verify.run(fixed, state["feeds"], "graphfix-fixed", counter, settings.base_dir)
+        diffs = _end_to_end(model, baseline, state["results"], settings, state["feeds"], counter, report)
         report.final = {k: d.as_dict() for k, d in diffs.items()}
     fixed = to_model(graph, model) if any(not e.undone for e in log.edits) else model
+    if "baseline" not in state:
+        feeds.unused()
     report.sessions = counter.count
     if settings.trt is not None:
         report.trt = _trt_summary(before or _check(model, settings.trt), _check(fixed, settings.trt), settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
-    return Outcome(fixed, report, feeds, baseline, state["results"])
+    return Outcome(fixed, report, state.get("feeds", []), state.get("baseline"), state["results"])
 
 
 def _end_to_end(model, baseline, results, settings: Settings, feeds, counter, report: Report) -> dict[str, verify.OutputDiff]:

@@ -80,7 +80,7 @@ def test_sessions_probe_plus_final_whatever_the_pass_count():
     result = graphfix.fix(fold_clip.clip_cast_bounds(), [NOOP, "fold-clip"])
     assert [p.verdict for p in result.report.passes] == ["unchanged", "kept"]
     assert result.report.sessions == 2
-    assert graphfix.fix(fold_clip.clip_cast_bounds(), [NOOP]).report.sessions == 1
+    assert graphfix.fix(fold_clip.clip_cast_bounds(), [NOOP]).report.sessions == 0  # nothing rewritten: nothing run
     assert graphfix.fix(fold_clip.clip_cast_bounds(), "fold-clip", verify=False).report.sessions == 0
     each = graphfix.fix(fold_clip.clip_cast_bounds(), [NOOP, "fold-clip"], verify_each=True)
     assert each.report.sessions == 2 and "pass by pass" in each.report.verification
