@@ -53,7 +53,8 @@ def test_integer_remainder_follows_python_signs():
 def test_constant_divisor_of_one_sign_needs_one_comparison():
     fx = next(f for f in FIXTURES if f.name == "int_remainder_dynamo")
     ops = _ops(passes.get("mod-decompose").apply(fx.build()).model)
-    assert ops.count("Less") + ops.count("Greater") == 2 and "Or" not in ops
+    # per Mod: the dividend's sign (|x| and the C remainder's sign) and the one floor-rule comparison
+    assert ops.count("Less") + ops.count("Greater") == 4 and "Or" not in ops and "And" not in ops
 
 
 @pytest.mark.parametrize("version,rewrites", [(v, True) for v in INSIDE] + [(v, False) for v in OUTSIDE])
