@@ -578,6 +578,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source,
         return None, None, True, None
     by_pass = {r.name: r for r in report.passes}
     every = max(1, len(regs) // 100)
+    first_entry = len(report.nodes)
     for k, r in enumerate(regs):
         if k % every == 0:
             step(f"comparing {len(regs)} regions: {k} done")
@@ -627,7 +628,88 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source,
     report.final = {k: d.as_dict() for k, d in diffs.items()}
     if not all(d.passed for d in diffs.values()):
         return baseline, None, True, None
-    return baseline, final, False, parts
+    entries = dict(zip(map(id, regs), report.nodes[first_entry:], strict=True))
+    return _users_settings(model, graph, log, regs, entries, parts, settings, report, feeds, counter, baseline, final, step)
+
+
+def _users_settings(model, graph, log, regs, entries, parts, settings: Settings, report: Report, feeds, counter,
+                    baseline, final, step):
+    """The written model against the original once more, under the settings users run
+    (onnxruntime's defaults, graph optimizations on: polygraphy's onnxrt runner, a plain
+    InferenceSession). Verification's sessions switch the optimizer off, and an optimizer rule can
+    read a rewrite otherwise: DivMulFusion turned an integer ``Div(1, x)`` feeding a ``Mul`` into
+    ``Div(y, x)`` (issue 22: a Swin export off by 0.2, exact in graphfix's own sessions). Two
+    sessions: the original's run doubles as the noise floor's (verify.switched_run). A difference
+    under these settings only is blamed on the regions that differ in the probe run under them,
+    which are undone and named. Returns _verify_regions' tuple with the results under the users'
+    settings: the reference outputs written for polygraphy come from the configuration it runs."""
+    if not counter.tuned or not verify.on_onnxruntime(model):
+        report.users = {"settings": "verification's own (onnxruntime's defaults, or not onnxruntime): nothing to add",
+                        "outputs": {}}
+        return baseline, final, False, parts
+    step("end-to-end run under onnxruntime's default settings")
+    reference = verify.first_iterations(verify.switched_run(model, feeds, counter, settings.base_dir), len(feeds))
+    results = verify.users_run(parts, feeds, "graphfix-fixed", counter, settings.base_dir)
+    diffs = _end_to_end(model, reference, results, settings, feeds, counter, report)
+    report.users = {"settings": verify.USERS_SETTINGS, "outputs": {k: d.as_dict() for k, d in diffs.items()}}
+    if all(d.passed for d in diffs.values()):
+        return reference, results, False, parts
+    worst = ", ".join(f"{k} (max abs {d.max_abs:.3g})" for k, d in diffs.items() if not d.passed)
+    report.notes.append(f"the fixed model agreed with the original in verification's sessions (graph optimizations off) "
+                        f"but not under {verify.USERS_SETTINGS}: {worst}; the regions that differ there are undone")
+    undone = _undo_under_users_settings(model, regs, entries, settings, report, feeds, counter, step)
+    report.users["rolled_back"] = undone
+    if not any(not e.undone for e in log.edits):
+        return reference, reference, False, model
+    parts = to_parts(graph, model)
+    fixed = parts.proto() if isinstance(parts, Assembled) else parts
+    step("end-to-end run of the fixed model (again)")
+    final = verify.run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
+    report.final = {k: d.as_dict() for k, d in _end_to_end(model, baseline, final, settings, feeds, counter, report).items()}
+    results = verify.users_run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
+    diffs = _end_to_end(model, reference, results, settings, feeds, counter, report)
+    report.users["outputs"] = {k: d.as_dict() for k, d in diffs.items()}
+    if not all(d["passed"] for d in [*report.final.values(), *report.users["outputs"].values()]):
+        return baseline, None, True, None
+    return reference, results, False, parts
+
+
+def _undo_under_users_settings(model, regs, entries, settings: Settings, report: Report, feeds, counter, step) -> int:
+    """The probe under the users' settings: each live region whose rewritten tensors differ from the
+    original ones there is undone, its record says why (every live region when none does: the
+    difference is then in how the optimizer reads the whole). Returns how many were undone."""
+    live = [r for r in regs if not any(e.undone for e in r.edits)]
+    step(f"probe run under onnxruntime's default settings ({len(live)} regions)")
+    probe = regions_mod.probe_model(model, live)
+    ran = verify.users_run(probe, feeds, "graphfix-probe", counter, settings.base_dir)
+    blamed = {}
+    for r in live:
+        if r.unchecked:
+            continue
+        bad = {k: d for k, d in verify.region_diffs(ran, r.probes, *settings.tol, settings.automatic_tolerance).items()
+               if not d.passed}
+        if bad:
+            blamed[id(r)] = ", ".join(f"{k} (max abs {d.max_abs:.3g})" for k, d in bad.items())
+    whole = "the whole fixed model differs there and no single region does"
+    by_pass = {rec.name: rec for rec in report.passes}
+    for r in live:
+        if blamed and id(r) not in blamed:
+            continue
+        why = f"differs only under {verify.USERS_SETTINGS}: {blamed.get(id(r), whole)}"
+        if settings.strict:
+            raise StrictFailure(f"--strict: {', '.join(f'{e.node.op} {e.node.name!r}' for e in r.edits)} ({', '.join(r.passes)}) "
+                                f"would be rolled back: it {why}")
+        entry = entries.get(id(r))
+        if entry is not None:
+            entry.update(verdict=ROLLED_BACK, reason=why)
+        r.undo()
+        for name in r.passes:
+            rec = by_pass[name]
+            rec.rolled_back_nodes += sum(e.pass_name == name for e in r.edits)
+            rec.reason = (rec.reason + "; " if rec.reason else "rolled back: ") + why
+            if rec.rolled_back_nodes >= rec.rewritten:
+                rec.verdict = ROLLED_BACK
+    return len(blamed) or len(live)
 
 
 def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step, before=None) -> Outcome:

@@ -61,6 +61,9 @@ class Report:
     #: node-level records: one per rewritten region (passes, nodes, outputs, verdict, diagram)
     nodes: list[dict[str, Any]] = field(default_factory=list)
     final: dict[str, Any] = field(default_factory=dict)
+    #: the end-to-end comparison again under the settings users run (onnxruntime's defaults:
+    #: "settings", per output "outputs", regions undone for a difference there only "rolled_back")
+    users: dict[str, Any] = field(default_factory=dict)
     #: the original model's own noise floor per output (max abs), measured when the strict
     #: end-to-end comparison failed (None: not needed)
     noise_floor: dict[str, float] | None = None
