@@ -334,7 +334,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     feeds = _LazyFeeds(model, settings, report, source, counter, step)  # chosen when something needs them
     if settings.simplify:
         step("simplifying (onnxsim)")
-        simplified = _simplify(model, settings, report, counter, feeds.get() if settings.verify else [], before)
+        simplified = _simplify(model, settings, report, counter, feeds, before)
         if simplified is not model:
             model, before = simplified, _check(simplified, settings.trt)
     chosen = choose_passes(model, settings, before)
@@ -413,10 +413,11 @@ def _freeze(model: onnx.ModelProto, settings: Settings, report: Report, counter:
                             f"({exc})") from exc
 
 
-def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counter: verify.SessionCounter, feeds,
-              before) -> onnx.ModelProto:
+def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counter: verify.SessionCounter,
+              feeds: _LazyFeeds, before) -> onnx.ModelProto:
     """--simplify (onnxsim) as a verified step; also rolled back when it writes an op the target
-    (or, without one, the newest release) rejects."""
+    (or, without one, the newest release) rejects. The feeds are chosen only when onnxsim changed
+    the graph: a simplification that changes nothing costs no session."""
     from graphfix import simplify as simplify_mod
 
     t0 = time.perf_counter()
@@ -428,6 +429,10 @@ def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counte
     from graphfix.trt.check import check_model
     from graphfix.trt.support import versions
 
+    if _same_graph(model, simplified):
+        report.passes.append(PassRecord("simplify", UNCHANGED, nodes_before=len(model.graph.node),
+                                        nodes_after=len(model.graph.node), seconds=round(time.perf_counter() - t0, 4)))
+        return model
     target = settings.trt or versions()[-1]
     added = simplify_mod.new_blockers(before if settings.trt else check_model(model, target), check_model(simplified, target))
     gone = len(model.graph.node) - len(simplified.graph.node)
@@ -436,7 +441,14 @@ def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counte
                                         nodes_after=len(model.graph.node), reason=f"rolled back: it writes what TensorRT "
                                         f"{target} rejects: {'; '.join(added[:3])}"))
         return model
-    return _whole_model_step("simplify", model, simplified, max(gone, 1), feeds, settings, report, counter, t0)
+    return _whole_model_step("simplify", model, simplified, max(gone, 1), feeds.get() if settings.verify else [], settings,
+                             report, counter, t0)
+
+
+def _same_graph(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
+    """Whether two models hold the same graph (their nodes and weights, compared as bytes)."""
+    return len(a.graph.node) == len(b.graph.node) and \
+        a.graph.SerializeToString(deterministic=True) == b.graph.SerializeToString(deterministic=True)
 
 
 def _whole_model_step(name: str, model: onnx.ModelProto, candidate: onnx.ModelProto, rewritten: int, feeds, settings: Settings,
