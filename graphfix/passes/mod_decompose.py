@@ -8,18 +8,28 @@ window-partition padding ``(ws - H % ws) % ws``, YOLOv10's head) and for ``torch
 ONNX allows from opset 28 (Python ``%`` on float tensors as one node) is rejected by every
 release.
 
-Rewrite, with ``trunc`` division ``q`` (ONNX integer Div truncates toward zero, and so does
-TensorRT's kDIV, which its own Mod importer relies on):
+Integer division is a fault line between runtimes: onnxruntime truncates, the ONNX reference
+evaluator floored (onnx/onnx#7570), and TensorRT has both. Every release imports ONNX Div as
+IElementWiseLayer kDIV (7.0-10.1, the Div importer in builtin_op_importers.cpp /
+onnxOpImporters.cpp), and its own Mod importer (8.5-GA builtin_op_importers.cpp; 10.x
+importerUtils.cpp ``modWithIntegerInputs``) computes ``fmod=1`` as ``a - b * kDIV(a, b)`` and
+``fmod=0`` as ``a - b * kFLOOR_DIV(a, b)``: kDIV truncates on integers, kFLOOR_DIV floors. An
+optimizer can also read integer algebra otherwise: onnxruntime's basic-level DivMulFusion turns
+``Mul(y, Div(1, x))`` into ``Div(y, x)`` for integers too. So the integer form relies on neither:
 
-* C remainder ``t = a - b * q`` (``fmod=1``; the sign of ``a``). Integers: ``q = Div(a, b)``,
-  exact. Floats: ``q = trunc(a / b)`` as Floor/Ceil chosen by sign (there is no Trunc op), and
-  ``t = a`` where ``q == 0``, which also gives ``fmod(x, ±inf) = x`` as the spec says instead of
-  ``inf * 0 = NaN``.
+* **Integers**, C remainder (the sign of ``a``): ``r = |a| + |b| * (0 - Div(|a|, |b|))``, then
+  ``-r`` where ``a < 0``. The one Div has non-negative operands (truncation and floor agree),
+  and its only consumer is a Sub: no Div feeds a Mul (a Swin dynamo export was off by 0.2 under
+  a default onnxruntime session with the earlier ``a - b * Div(a, b)``). ``|t|`` is
+  ``Where(t < 0, 0 - t, t)`` (the older releases' unary Abs takes no INT32); a constant
+  divisor's magnitude is folded. Exact for every operand except the type's minimum.
+* **Floats**, C remainder: ``q = trunc(a / b)`` as Floor/Ceil chosen by sign (there is no Trunc
+  op), ``t = a - b * q``, and ``t = a`` where ``q == 0``, which also gives
+  ``fmod(x, ±inf) = x`` as the spec says instead of ``inf * 0 = NaN``.
 * ``fmod=0`` (Python/floor rule, the sign of ``b``): floats use ``q = Floor(a / b)``; both then
   get ``t + b`` where ``t != 0`` and its sign differs from ``b``'s (``Less``/``Greater``/``And``/
   ``Or``/``Where``: no product ``t * b`` that could overflow; one comparison when ``b`` is a
-  constant of one sign), so integers are exact over their whole range and float ``x % ±inf``
-  follows the spec's special cases.
+  constant of one sign), and float ``x % ±inf`` follows the spec's special cases.
 
 Float results are ``a - b * q`` rounded, like TensorRT's own Mod importer (not correctly
 rounded as C ``fmod`` is when ``|a / b|`` is large; the quotient can also round across an

@@ -13,7 +13,9 @@ Rewrite:
 * float Range over integer shape arithmetic (``torch.arange(x.shape[1] * 0.5)``: constant integral
   start/delta, limit ``Cast(n)``, ``Cast(n) * c`` or ``Cast(n) / c``) becomes an integer Range
   plus a Cast back, when that is exactly equal (integral c; or 1/c integral with delta 1, using
-  ``ceil(n / k) = (n + k - 1) / k`` for shape-derived n >= 0);
+  ``ceil(n / k) = (n + k - 1) / k`` for shape-derived n >= 0: an integer Div of a non-negative
+  value by a positive constant, where truncation and floor agree, feeding Range and no Mul, so
+  no runtime or optimizer reads it otherwise; see mod-decompose);
 * a data-dependent limit is never rewritten: the finding names the Range, the path to the
   offending node, the TensorRT error it will hit and what to change upstream.
 """
