@@ -663,6 +663,7 @@ def _users_settings(model, graph, log, regs, entries, parts, settings: Settings,
     reference = verify.first_iterations(verify.switched_run(model, feeds, counter, settings.base_dir), len(feeds))
     results = verify.users_run(parts, feeds, "graphfix-fixed", counter, settings.base_dir)
     diffs = _end_to_end(model, reference, results, settings, feeds, counter, report)
+    _ties_in_another_order(diffs, reference, results, settings, report)
     report.users = {"settings": verify.USERS_SETTINGS, "outputs": {k: d.as_dict() for k, d in diffs.items()}}
     if all(d.passed for d in diffs.values()):
         return reference, results, False, parts
@@ -680,10 +681,37 @@ def _users_settings(model, graph, log, regs, entries, parts, settings: Settings,
     report.final = {k: d.as_dict() for k, d in _end_to_end(model, baseline, final, settings, feeds, counter, report).items()}
     results = verify.users_run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
     diffs = _end_to_end(model, reference, results, settings, feeds, counter, report)
+    _ties_in_another_order(diffs, reference, results, settings, report)
     report.users["outputs"] = {k: d.as_dict() for k, d in diffs.items()}
     if not all(d["passed"] for d in [*report.final.values(), *report.users["outputs"].values()]):
         return baseline, None, True, None
     return reference, results, False, parts
+
+
+def _ties_in_another_order(diffs: dict[str, verify.OutputDiff], reference, results, settings: Settings, report: Report) -> None:
+    """Under the users' settings, an output that depends on a TopK/ArgMax/comparison (found by
+    graphfix.discrete) can come out with near-tied elements in another order: onnxruntime's
+    optimizer changes the rounding that breaks the tie, in the original as in the fixed model (an
+    NMS-free YOLO head, TopK 300 of 8400: the untouched original, default settings vs optimizations
+    off, max abs 164, sorted scores equal to 1.2e-7). The rewrites were judged exactly in
+    verification's own sessions; here such an output passes when its sorted values agree, with a
+    note that says why, and the report says how to compare it with another runtime."""
+    depends = (report.discrete or {}).get("outputs", {})
+    failing = [k for k, d in diffs.items() if not d.passed and k in depends]
+    if not failing:
+        return
+    ordered = verify.sorted_diffs(reference, results, failing, *settings.tol, report.noise_floor)
+    for name in failing:
+        d, s = diffs[name], ordered[name]
+        if not s.passed:
+            continue
+        d.passed = True
+        d.note = (f"tie-sensitive (depends on {', '.join(depends[name])}): near-tied elements in another order "
+                  f"(element by element max abs {d.max_abs:.3g}); as sorted values max abs {s.max_abs:.3g}")
+        report.notes.append(f"output {name} is tie-sensitive: it depends on {', '.join(depends[name])}, and near-tied "
+                            "elements come out in another order under another runtime's rounding, so an element-by-element "
+                            "comparison (polygraphy run --trt ... --load-outputs) can fail where the model is right; compare "
+                            "its sorted values, or its indices with polygraphy's --compare-func indices")
 
 
 def _undo_under_users_settings(model, regs, entries, settings: Settings, report: Report, feeds, counter, step) -> int:

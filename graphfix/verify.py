@@ -526,6 +526,24 @@ def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: flo
     return diffs
 
 
+def sorted_diffs(reference: RunResults, candidate: RunResults, names: list[str], atol: float, rtol: float,
+                 noise: dict[str, float] | None = None) -> dict[str, OutputDiff]:
+    """Per output, its values compared as sorted (the same multiset), worst over the iterations:
+    what a tie-sensitive output (TopK of 300 over 8400 anchors at near-ties) keeps when near-tied
+    elements come out in another order. Tolerances as :func:`compare` (``noise``: the floor)."""
+    diffs: dict[str, OutputDiff] = {}
+    for ref_it, cand_it in zip(iterations(reference), iterations(candidate), strict=True):
+        for name in names:
+            ref, cand = np.asarray(ref_it[name]), np.asarray(cand_it[name])
+            floor = (noise or {}).get(name) or 0.0
+            cur = _numpy_diff(np.sort(ref, axis=None), np.sort(cand, axis=None), max(atol, NOISE_MULTIPLE * floor), rtol) \
+                if ref.shape == cand.shape else OutputDiff(float("inf"), float("inf"), False, "shapes differ")
+            prev = diffs.get(name)
+            diffs[name] = cur if prev is None else OutputDiff(
+                max(prev.max_abs, cur.max_abs), max(prev.max_rel, cur.max_rel), prev.passed and cur.passed, prev.note or cur.note)
+    return diffs
+
+
 def _align_nans(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
     """NaN where the original has NaN is agreement (polygraphy alone would fail any NaN)."""
     if ref.dtype.kind not in "fc":

@@ -92,3 +92,45 @@ def test_polygraphy_onnxrt_passes_with_graphfix_side_files(tmp_path):
                           files["polygraphy_inputs"], "--load-outputs", files["polygraphy_outputs"],
                           "--atol", "0.001", "--rtol", "0.001"], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+
+
+def _results(name: str, *arrays: np.ndarray):
+    from polygraphy.comparator import RunResults
+    from polygraphy.comparator.struct import IterationResult
+
+    runs = RunResults()
+    runs.append(("r", [IterationResult({name: a}) for a in arrays]))
+    return runs
+
+
+@pytest.mark.parametrize("swap_boundary", [False, True])
+def test_tie_sensitive_output_is_compared_as_sorted_values_and_says_why(swap_boundary):
+    """Near-tied rows of a TopK-dependent output in another order pass as sorted values, with a note
+    and advice for comparing another runtime; a different row (not a reordering) still fails."""
+    from graphfix import verify
+    from graphfix.pipeline import Settings, _ties_in_another_order
+    from graphfix.report import Report
+
+    ref = np.array([[0.9, 1.0], [0.5, 2.0], [0.5, 3.0]], np.float32)
+    cand = ref[[0, 2, 1]].copy()
+    if swap_boundary:
+        cand[2] = [0.5, 7.0]  # another anchor chosen at the k-th place: not a reordering
+    report = Report(None, None, {}, discrete={"decisions": {}, "outputs": {"boxes": ["TopK '/TopK'"]}, "inputs": 1})
+    diffs = verify.compare(_results("boxes", ref), _results("boxes", cand), 1e-5, 1e-5)
+    assert not diffs["boxes"].passed
+    _ties_in_another_order(diffs, _results("boxes", ref), _results("boxes", cand), Settings(), report)
+    assert diffs["boxes"].passed != swap_boundary
+    if not swap_boundary:
+        assert "tie-sensitive" in diffs["boxes"].note and "sorted values" in diffs["boxes"].note
+        assert "--compare-func indices" in report.notes[0]
+
+
+def test_output_that_depends_on_no_decision_is_never_compared_sorted():
+    from graphfix import verify
+    from graphfix.pipeline import Settings, _ties_in_another_order
+    from graphfix.report import Report
+
+    ref = np.array([1.0, 2.0, 3.0], np.float32)
+    diffs = verify.compare(_results("y", ref), _results("y", ref[::-1].copy()), 1e-5, 1e-5)
+    _ties_in_another_order(diffs, _results("y", ref), _results("y", ref[::-1].copy()), Settings(), Report(None, None, {}))
+    assert not diffs["y"].passed
