@@ -154,6 +154,20 @@ def table(report: Report) -> str:
     return "\n".join(lines)
 
 
+def users_lines(users: dict[str, Any]) -> list[str]:
+    """The end-to-end comparison under the settings users run, as markdown bullets."""
+    outputs = users.get("outputs") or {}
+    if not outputs:
+        return []
+    bad = [k for k, d in outputs.items() if not d["passed"]]
+    worst = max(outputs, key=lambda k: outputs[k]["max_abs"] if isinstance(outputs[k]["max_abs"], float) else float("inf"))
+    verdict = f"differs: {', '.join(f'`{md_cell(k)}`' for k in bad[:NAMED])}" if bad else "agrees"
+    lines = [f"- under {md_cell(users['settings'])}: {verdict} (worst `{md_cell(worst)}` max abs {_num(outputs[worst]['max_abs'])})"]
+    if users.get("rolled_back"):
+        lines.append(f"  - {users['rolled_back']} region(s) undone for a difference there only")
+    return lines
+
+
 def discrete_lines(record: dict[str, Any] | None) -> list[str]:
     """Outputs that depend on ArgMax/TopK/comparison decisions: closest margins and flips."""
     if not record:
@@ -294,6 +308,7 @@ def markdown(report: Report) -> str:
                 f"- shapes: {report.shapes.get('reason', '')}"]
         out += [f"  - `{json.dumps(s)}`" for s in report.shapes.get("shapes", [])[:NAMED]]
         out += [f"- note: {md_cell(n)}" for n in report.notes[:MAX_ROWS]]
+        out += users_lines(report.users)
         if report.noise_floor:
             out += [f"- noise floor of the original model (max abs per output, accepted up to {NOISE_MULTIPLE}x end to end): "
                     + ", ".join(f"`{md_cell(k)}` {_num(v)}" for k, v in list(report.noise_floor.items())[:NAMED])]
