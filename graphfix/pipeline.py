@@ -502,9 +502,11 @@ class _LazyFeeds:
 
     def unused(self) -> None:
         """Nothing was rewritten: no feeds, no session; the report says why."""
-        if self.chosen is None and not self.report.shapes:
-            self.report.shapes = {"reason": "not needed: nothing was rewritten, so nothing was verified "
-                                            "(no onnxruntime session)", "shapes": []}
+        if self.chosen is None:
+            self.report.verification = "none needed: nothing was rewritten (no onnxruntime session)"
+            if not self.report.shapes:
+                self.report.shapes = {"reason": "not needed: nothing was rewritten, so nothing was verified "
+                                                "(no onnxruntime session)", "shapes": []}
 
 
 def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: str | None,

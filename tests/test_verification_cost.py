@@ -43,7 +43,7 @@ def test_nothing_rewritten_opens_no_session(no_sessions, verify_each):
     result = graphfix.fix(_unrunnable_anywhere(), "all", verify_each=verify_each)
     assert no_sessions == [] and result.report.sessions == 0 and result.report.search_sessions == 0
     assert all(p.verdict == "unchanged" for p in result.report.passes)
-    assert "nothing was rewritten" in result.report.shapes["reason"]
+    assert "nothing was rewritten" in result.report.shapes["reason"] and "none needed" in result.report.verification
     assert result.outcome.baseline is None and result.outcome.feeds == []
 
 
