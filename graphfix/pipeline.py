@@ -758,13 +758,14 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
     """Whole-pass checking: one session for the input plus one per changed pass (debugging, fallback)."""
     if not report.verification:
         report.verification = "pass by pass (--verify-each)"
-    full_check = passes_full_check(model)
     state: dict[str, Any] = {"results": None}
 
     def reference() -> Any:
-        """The original's outputs, run when the first pass changed something (feeds chosen then)."""
+        """The original's outputs, run when the first pass changed something (feeds chosen then;
+        the checker's depth too: it asks onnxruntime which IR version it loads)."""
         if state["results"] is None:
             step("original model on onnxruntime")
+            state["full_check"] = passes_full_check(model)
             state["feeds"] = feeds.get()
             state["baseline"] = state["results"] = verify.run(model, state["feeds"], "original", counter, settings.base_dir)
         return state["baseline"]
@@ -774,7 +775,7 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
         feeds_now = state["feeds"]
         step(f"running passes: verifying {record.name}")
         candidate = to_model(graph, model)
-        reason = _invalid(candidate, full_check)
+        reason = _invalid(candidate, state["full_check"])
         results = None
         if not reason:
             try:

@@ -27,7 +27,12 @@ def _unrunnable_anywhere():
 
 @pytest.fixture
 def no_sessions(monkeypatch):
-    """Every onnxruntime session made during the test, counted (and refused)."""
+    """Every onnxruntime session made during the test, counted (and refused). What the installed
+    onnxruntime reads (IR version, opsets) is asked first: a one-off capability query of a 1-node
+    model, cached for the process, which writing any model needs; it is not verification."""
+    from graphfix.model_io import runtime_limits
+
+    runtime_limits()
     made = []
 
     def refuse(*args, **kwargs):
