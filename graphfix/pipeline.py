@@ -504,9 +504,23 @@ class _LazyFeeds:
         """Nothing was rewritten: no feeds, no session; the report says why."""
         if self.chosen is None:
             self.report.verification = "none needed: nothing was rewritten (no onnxruntime session)"
-            if not self.report.shapes:
-                self.report.shapes = {"reason": "not needed: nothing was rewritten, so nothing was verified "
-                                                "(no onnxruntime session)", "shapes": []}
+            if not self.report.shapes and not self.settings.feeds:
+                self.report.shapes = _unrun_shapes(self.model, self.settings, self.source)
+
+
+def _unrun_shapes(model: onnx.ModelProto, settings: Settings, source: str | None) -> dict[str, Any]:
+    """The report's shapes when nothing was verified: the given ones, else the first candidates
+    the shape search would try, not run (the printed TensorRT profile needs shapes for dynamic
+    inputs; graphfix did not run the model there)."""
+    why = "not needed: nothing was rewritten, so nothing was verified (no onnxruntime session)"
+    try:
+        choice = shapes_mod.choose(model, settings.input_shapes, lambda shapes: None, source)
+    except GraphfixError:
+        return {"reason": why, "shapes": []}
+    shapes = [s for s in choice.shapes if s]
+    if shapes:
+        why += f"; the shapes below, for the printed TensorRT profile only, were not run ({choice.reason})"
+    return {"reason": why, "shapes": [{k: list(v) for k, v in s.items()} for s in shapes]}
 
 
 def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: str | None,
