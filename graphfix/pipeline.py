@@ -5,14 +5,18 @@ rescan the big import), every pass edits the same onnx-graphsurgeon graph, and t
 exported once at the end. Each pass's contract is checked as it runs (:func:`_ensure`): nothing
 it matches is left unreported, the graph's inputs/outputs keep their names, dtypes and shapes.
 
-Verification costs at most two onnxruntime sessions whatever the number of passes
-(``graphfix.regions``): the *probe* (the original model plus a renamed copy of every rewritten
-region, wired to the original tensors) computes, in one run, the original outputs and each
-region's original and rewritten values; a region that differs is undone alone (node-level
-rollback, named in the report); one end-to-end run of the fixed model confirms the whole. Should
-that final run disagree although every region agreed, graphfix falls back to checking pass by
-pass (``verify_each``, one session per changed pass), and says so. Shapes: several (see
-``graphfix.shapes``); the candidate-shape search runs on its own session, reported apart.
+Verification runs after the passes, and only when something was rewritten: a run whose passes
+changed nothing opens no onnxruntime session (no shape search either). Otherwise it costs at
+most four sessions whatever the number of passes (``graphfix.regions``): the *probe* (the
+original model plus a renamed copy of every rewritten region, wired to the original tensors)
+computes, in one run, the original outputs and each region's original and rewritten values; a
+region that differs is undone alone (node-level rollback, named in the report); one end-to-end
+run of the fixed model confirms the whole; then the original and the fixed model run once more
+under the settings users run (onnxruntime's defaults, graph optimizations on), where an
+optimizer rule may read a rewrite otherwise. Should the final run disagree although every
+region agreed, graphfix falls back to checking pass by pass (``verify_each``, one session per
+changed pass), and says so. Shapes: several (see ``graphfix.shapes``); the candidate-shape
+search runs on its own session, reported apart.
 """
 
 from __future__ import annotations
