@@ -680,14 +680,20 @@ def _users_settings(model, graph, log, regs, entries, parts, settings: Settings,
                         "outputs": {}}
         return baseline, final, False, parts
     step("end-to-end run under onnxruntime's default settings")
-    reference = verify.first_iterations(verify.switched_run(model, feeds, counter, settings.base_dir), len(feeds))
-    results = verify.users_run(parts, feeds, "graphfix-fixed", counter, settings.base_dir)
-    diffs = _end_to_end(model, reference, results, settings, feeds, counter, report)
-    _ties_in_another_order(diffs, reference, results, settings, report)
+    try:
+        reference = verify.first_iterations(verify.switched_run(model, feeds, counter, settings.base_dir), len(feeds))
+    except GraphfixError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an optimizer that fails on the input itself: nothing to compare with
+        report.users = {"settings": verify.USERS_SETTINGS, "outputs": {}, "skipped": first_line(exc)}
+        report.notes.append(f"onnxruntime cannot run the input model under {verify.USERS_SETTINGS} ({first_line(exc)}): "
+                            "the written model was compared under verification's settings only")
+        return baseline, final, False, parts
+    diffs, results = _users_diffs(model, reference, parts, settings, report, feeds, counter)
     report.users = {"settings": verify.USERS_SETTINGS, "outputs": {k: d.as_dict() for k, d in diffs.items()}}
     if all(d.passed for d in diffs.values()):
         return reference, results, False, parts
-    worst = ", ".join(f"{k} (max abs {d.max_abs:.3g})" for k, d in diffs.items() if not d.passed)
+    worst = ", ".join(f"{k} (max abs {d.max_abs:.3g}{'; ' + d.note if d.note else ''})" for k, d in diffs.items() if not d.passed)
     report.notes.append(f"the fixed model agreed with the original in verification's sessions (graph optimizations off) "
                         f"but not under {verify.USERS_SETTINGS}: {worst}; the regions that differ there are undone")
     undone = _undo_under_users_settings(model, regs, entries, settings, report, feeds, counter, step)
@@ -697,15 +703,33 @@ def _users_settings(model, graph, log, regs, entries, parts, settings: Settings,
     parts = to_parts(graph, model)
     fixed = parts.proto() if isinstance(parts, Assembled) else parts
     step("end-to-end run of the fixed model (again)")
-    final = verify.run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
+    try:
+        final = verify.run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
+    except Exception as exc:  # noqa: BLE001
+        report.notes.append(f"onnxruntime cannot run the fixed model ({first_line(exc)}); checking pass by pass")
+        return baseline, None, True, None
     report.final = {k: d.as_dict() for k, d in _end_to_end(model, baseline, final, settings, feeds, counter, report).items()}
-    results = verify.users_run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
-    diffs = _end_to_end(model, reference, results, settings, feeds, counter, report)
-    _ties_in_another_order(diffs, reference, results, settings, report)
+    diffs, results = _users_diffs(model, reference, fixed, settings, report, feeds, counter)
     report.users["outputs"] = {k: d.as_dict() for k, d in diffs.items()}
     if not all(d["passed"] for d in [*report.final.values(), *report.users["outputs"].values()]):
         return baseline, None, True, None
     return reference, results, False, parts
+
+
+def _users_diffs(model, reference, fixed, settings: Settings, report: Report, feeds, counter):
+    """The fixed model under the users' settings against ``reference`` (the original's run there):
+    (per-output differences, its results). A fixed model those settings cannot run differs on
+    every output (results None)."""
+    try:
+        results = verify.users_run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
+    except GraphfixError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
+        why = f"onnxruntime cannot run it there ({first_line(exc)})"
+        return {o.name: verify.OutputDiff(float("inf"), float("inf"), False, why) for o in model.graph.output}, None
+    diffs = _end_to_end(model, reference, results, settings, feeds, counter, report)
+    _ties_in_another_order(diffs, reference, results, settings, report)
+    return diffs, results
 
 
 def _ties_in_another_order(diffs: dict[str, verify.OutputDiff], reference, results, settings: Settings, report: Report) -> None:
@@ -740,11 +764,15 @@ def _undo_under_users_settings(model, regs, entries, settings: Settings, report:
     difference is then in how the optimizer reads the whole). Returns how many were undone."""
     live = [r for r in regs if not any(e.undone for e in r.edits)]
     step(f"probe run under onnxruntime's default settings ({len(live)} regions)")
-    probe = regions_mod.probe_model(model, live)
-    ran = verify.users_run(probe, feeds, "graphfix-probe", counter, settings.base_dir)
+    try:
+        ran = verify.users_run(regions_mod.probe_model(model, live), feeds, "graphfix-probe", counter, settings.base_dir)
+    except GraphfixError:
+        raise
+    except Exception:  # noqa: BLE001 - no region can be singled out: every live one is undone
+        ran = None
     blamed = {}
     for r in live:
-        if r.unchecked:
+        if r.unchecked or ran is None:
             continue
         bad = {k: d for k, d in verify.region_diffs(ran, r.probes, *settings.tol, settings.automatic_tolerance).items()
                if not d.passed}
