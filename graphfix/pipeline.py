@@ -801,10 +801,23 @@ def _undo_under_users_settings(model, regs, entries, settings: Settings, report:
 
 
 def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step, before=None) -> Outcome:
-    """Whole-pass checking: one session for the input plus one per changed pass (debugging, fallback)."""
+    """Whole-pass checking (debugging, fallback): one session for the input plus one per changed
+    pass, and as many again under the settings users run (a pass kept only when it agrees under
+    both: see _users_settings)."""
     if not report.verification:
         report.verification = "pass by pass (--verify-each)"
-    state: dict[str, Any] = {"results": None}
+    state: dict[str, Any] = {"results": None, "users": None}
+    users = counter.tuned and verify.on_onnxruntime(model)
+
+    def users_check(candidate) -> str:
+        """Why ``candidate`` differs under the users' settings only ("" when it does not)."""
+        if state["users"] is None:
+            state["users_ref"] = verify.first_iterations(verify.switched_run(model, state["feeds"], counter, settings.base_dir),
+                                                         len(state["feeds"]))
+        diffs, state["users"] = _users_diffs(model, state["users_ref"], candidate, settings, report, state["feeds"], counter)
+        report.users = {"settings": verify.USERS_SETTINGS, "outputs": {k: d.as_dict() for k, d in diffs.items()}}
+        bad = [f"{k} (max abs {d.max_abs:.3g}{'; ' + d.note if d.note else ''})" for k, d in diffs.items() if not d.passed]
+        return f"differs only under {verify.USERS_SETTINGS}: {', '.join(bad)}" if bad else ""
 
     def reference() -> Any:
         """The original's outputs, run when the first pass changed something (feeds chosen then;
@@ -835,6 +848,11 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
             if bad:
                 reason = "outputs differ beyond atol={:g}/rtol={:g}: {}".format(*settings.tol, ", ".join(
                     f"{k} (max abs {diffs[k].max_abs:.3g}, max rel {diffs[k].max_rel:.3g}{'; ' + diffs[k].note if diffs[k].note else ''})" for k in bad))
+            elif users:
+                kept_users = state["users"]
+                reason = users_check(candidate)
+                if reason:
+                    state["users"] = kept_users  # the last kept state's results stay the reference's partner
         if reason:
             for e in reversed(edits):
                 e.undo()
@@ -850,6 +868,8 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
         state["results"] = verify.run(fixed, state["feeds"], "graphfix-fixed", counter, settings.base_dir)
         diffs = _end_to_end(model, baseline, state["results"], settings, state["feeds"], counter, report)
         report.final = {k: d.as_dict() for k, d in diffs.items()}
+        if users and state["users"] is not None:
+            users_check(fixed)
     fixed = to_model(graph, model) if any(not e.undone for e in log.edits) else model
     if "baseline" not in state:
         feeds.unused()
@@ -857,6 +877,8 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
     if settings.trt is not None:
         report.trt = _trt_summary(before or _check(model, settings.trt), _check(fixed, settings.trt), settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
+    if state["users"] is not None:  # the polygraphy side files: the results under the users' settings
+        return Outcome(fixed, report, state["feeds"], state["users_ref"], state["users"])
     return Outcome(fixed, report, state.get("feeds", []), state.get("baseline"), state["results"])
 
 

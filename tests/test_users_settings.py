@@ -66,13 +66,18 @@ def _one_mod_y() -> onnx.ModelProto:
                   node("Mod", ["one", "y"], ["r"], fmod=1)], [inp("y", INT64, ["N"])], [out("r", INT64, ["N"])], opset=13)
 
 
-def test_a_difference_under_the_users_settings_only_rolls_the_region_back():
+@pytest.mark.parametrize("verify_each", [False, True])
+def test_a_difference_under_the_users_settings_only_rolls_the_region_back(verify_each):
     """The rewrite agrees in verification's sessions and differs under onnxruntime's defaults: the
-    region is found (probe under those settings), undone and named; the model keeps its Mod."""
+    region is found (probe under those settings), undone and named; the model keeps its Mod.
+    Pass by pass, each pass is judged under both settings."""
     feeds = [{"y": np.array([2, 3, 5, 7, -4], np.int64)}]
-    result = graphfix.fix(_one_mod_y(), [DIVMUL], inputs=feeds)
+    result = graphfix.fix(_one_mod_y(), [DIVMUL], inputs=feeds, verify_each=verify_each)
     rec = result.report.passes[0]
     assert rec.verdict == "rolled-back" and "only under onnxruntime's default session settings" in rec.reason
+    assert [n.op_type for n in result.model.graph.node].count("Mod") == 1
+    if verify_each:
+        return
     assert result.report.users["rolled_back"] == 1 and result.report.final["r"]["passed"]
     assert [n.op_type for n in result.model.graph.node].count("Mod") == 1
     assert "not under onnxruntime's default session settings" in " ".join(result.report.notes)
