@@ -458,7 +458,8 @@ def _same_graph(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
 def _whole_model_step(name: str, model: onnx.ModelProto, candidate: onnx.ModelProto, rewritten: int, feeds, settings: Settings,
                       report: Report, counter: verify.SessionCounter, t0: float) -> onnx.ModelProto:
     """A step that rewrites the whole model, verified end to end against the model it started
-    from on ``feeds`` (two sessions); the candidate is returned only when they agree."""
+    from on ``feeds`` (two sessions, and two more under the users' settings: _users_settings);
+    the candidate is returned only when they agree under both."""
     record = PassRecord(name, UNVERIFIED, matched=1, rewritten=rewritten, nodes_before=len(model.graph.node),
                         nodes_after=len(candidate.graph.node))
     report.passes.append(record)
@@ -473,6 +474,15 @@ def _whole_model_step(name: str, model: onnx.ModelProto, candidate: onnx.ModelPr
         diffs = _end_to_end(model, original, results, settings, feeds, counter, report)
         record.outputs = {k: d.as_dict() for k, d in diffs.items()}
         bad = [k for k, d in diffs.items() if not d.passed]
+        if not bad and counter.tuned and verify.on_onnxruntime(model):
+            try:
+                reference = verify.first_iterations(verify.switched_run(model, feeds, counter, settings.base_dir), len(feeds))
+            except GraphfixError:
+                raise
+            except Exception:  # noqa: BLE001 - the input itself does not run there: nothing to compare with
+                reference = None
+            users = _users_diffs(model, reference, candidate, settings, report, feeds, counter)[0] if reference else {}
+            bad = [f"{k} only under {verify.USERS_SETTINGS}" for k, d in users.items() if not d.passed]
         record.verdict = ROLLED_BACK if bad else KEPT
         if bad:
             record.reason = f"rolled back: the {name} model's outputs differ ({', '.join(bad)})"

@@ -139,3 +139,23 @@ def test_output_that_depends_on_no_decision_is_never_compared_sorted():
     diffs = verify.compare(_results("y", ref), _results("y", ref[::-1].copy()), 1e-5, 1e-5)
     _ties_in_another_order(diffs, _results("y", ref), _results("y", ref[::-1].copy()), Settings(), Report(None, None, {}))
     assert not diffs["y"].passed
+
+
+def test_a_whole_model_step_that_differs_under_the_users_settings_only_is_rolled_back(monkeypatch):
+    """--fix-shapes (like --simplify) is verified end to end, under both settings: a frozen model
+    that onnxruntime's default optimizer reads otherwise is not kept."""
+    from graphfix import fix_shapes
+
+    def freeze(model, shapes):  # stands in for a step that writes the DivMulFusion-sensitive form
+        frozen = model.__class__()
+        frozen.CopyFrom(model)
+        graph = frozen.graph
+        del graph.node[1:]
+        graph.node.extend([node("Div", ["one", "y"], ["q"]), node("Mul", ["y", "q"], ["p"]), node("Sub", ["one", "p"], ["r"])])
+        return frozen, 1
+
+    monkeypatch.setattr(fix_shapes, "freeze", freeze)
+    result = graphfix.fix(_one_mod_y(), "fold-clip", fix_shapes={"y": [6]}, val_range={"y": (2, 9)})
+    rec = next(p for p in result.report.passes if p.name == "fix-shapes")
+    assert rec.verdict == "rolled-back" and "only under onnxruntime's default session settings" in rec.reason
+    assert [n.op_type for n in result.model.graph.node].count("Mod") == 1
