@@ -5,14 +5,18 @@ rescan the big import), every pass edits the same onnx-graphsurgeon graph, and t
 exported once at the end. Each pass's contract is checked as it runs (:func:`_ensure`): nothing
 it matches is left unreported, the graph's inputs/outputs keep their names, dtypes and shapes.
 
-Verification costs at most two onnxruntime sessions whatever the number of passes
-(``graphfix.regions``): the *probe* (the original model plus a renamed copy of every rewritten
-region, wired to the original tensors) computes, in one run, the original outputs and each
-region's original and rewritten values; a region that differs is undone alone (node-level
-rollback, named in the report); one end-to-end run of the fixed model confirms the whole. Should
-that final run disagree although every region agreed, graphfix falls back to checking pass by
-pass (``verify_each``, one session per changed pass), and says so. Shapes: several (see
-``graphfix.shapes``); the candidate-shape search runs on its own session, reported apart.
+Verification runs after the passes, and only when something was rewritten: a run whose passes
+changed nothing opens no onnxruntime session (no shape search either). Otherwise it costs at
+most four sessions whatever the number of passes (``graphfix.regions``): the *probe* (the
+original model plus a renamed copy of every rewritten region, wired to the original tensors)
+computes, in one run, the original outputs and each region's original and rewritten values; a
+region that differs is undone alone (node-level rollback, named in the report); one end-to-end
+run of the fixed model confirms the whole; then the original and the fixed model run once more
+under the settings users run (onnxruntime's defaults, graph optimizations on), where an
+optimizer rule may read a rewrite otherwise. Should the final run disagree although every
+region agreed, graphfix falls back to checking pass by pass (``verify_each``, one session per
+changed pass), and says so. Shapes: several (see ``graphfix.shapes``); the candidate-shape
+search runs on its own session, reported apart.
 """
 
 from __future__ import annotations
@@ -335,10 +339,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         step(f"checking the model for TensorRT {settings.trt}")
     before = _check(model, settings.trt)  # once: it chooses the passes for auto and opens the summary
 
-    feeds: list[dict[str, np.ndarray]] = []
-    if settings.verify:
-        step("choosing verification inputs")
-        feeds = _feeds(model, settings, report, source, counter)
+    feeds = _LazyFeeds(model, settings, report, source, counter, step)  # chosen when something needs them
     if settings.simplify:
         step("simplifying (onnxsim)")
         simplified = _simplify(model, settings, report, counter, feeds, before)
@@ -352,16 +353,15 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     try:
         log = EditLog()
         decided = discrete.find(graph) if settings.verify else ([], {})
-        if decided[1] and len(feeds) < 2 and not settings.feeds:  # near-ties show at more than one input
-            shapes = {k: tuple(v) for k, v in report.shapes["shapes"][0].items()}
-            feeds = feeds + verify.make_inputs(model, shapes, settings.val_range, settings.seed + 1, 1)
         if settings.verify and settings.verify_each:
             return _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step, before)
         _run_passes(graph, chosen, settings, log, report, step)
         baseline = final_results = fixed = None
-        if settings.verify:
-            baseline, final_results, fell_back, fixed = _verify_regions(model, graph, log, settings, report, feeds, counter,
-                                                                        source, decided, step)
+        if settings.verify and not any(not e.undone for e in log.edits):
+            feeds.unused()
+        elif settings.verify:
+            baseline, final_results, fell_back, fixed = _verify_regions(model, graph, log, settings, report, feeds.get(decided),
+                                                                        counter, source, decided, step)
             if fell_back:
                 gc.unfreeze()
                 report.passes.clear()
@@ -379,7 +379,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     report.sessions = counter.count
     if not counter.tuned:
         report.notes.append(verify.DEFAULT_SETTINGS_NOTE)
-    outcome = Outcome(fixed, report, feeds, baseline, final_results)
+    outcome = Outcome(fixed, report, feeds.chosen or [], baseline, final_results)
     if settings.trt is not None:
         step(f"checking the fixed model for TensorRT {settings.trt}")
         after = _check_fixed(graph, fixed, settings.trt) if isinstance(fixed, Assembled) else _check(fixed, settings.trt)
@@ -421,10 +421,11 @@ def _freeze(model: onnx.ModelProto, settings: Settings, report: Report, counter:
                             f"({exc})") from exc
 
 
-def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counter: verify.SessionCounter, feeds,
-              before) -> onnx.ModelProto:
+def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counter: verify.SessionCounter,
+              feeds: _LazyFeeds, before) -> onnx.ModelProto:
     """--simplify (onnxsim) as a verified step; also rolled back when it writes an op the target
-    (or, without one, the newest release) rejects."""
+    (or, without one, the newest release) rejects. The feeds are chosen only when onnxsim changed
+    the graph: a simplification that changes nothing costs no session."""
     from graphfix import simplify as simplify_mod
 
     t0 = time.perf_counter()
@@ -436,6 +437,10 @@ def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counte
     from graphfix.trt.check import check_model
     from graphfix.trt.support import versions
 
+    if _same_graph(model, simplified):
+        report.passes.append(PassRecord("simplify", UNCHANGED, nodes_before=len(model.graph.node),
+                                        nodes_after=len(model.graph.node), seconds=round(time.perf_counter() - t0, 4)))
+        return model
     target = settings.trt or versions()[-1]
     added = simplify_mod.new_blockers(before if settings.trt else check_model(model, target), check_model(simplified, target))
     gone = len(model.graph.node) - len(simplified.graph.node)
@@ -444,13 +449,21 @@ def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counte
                                         nodes_after=len(model.graph.node), reason=f"rolled back: it writes what TensorRT "
                                         f"{target} rejects: {'; '.join(added[:3])}"))
         return model
-    return _whole_model_step("simplify", model, simplified, max(gone, 1), feeds, settings, report, counter, t0)
+    return _whole_model_step("simplify", model, simplified, max(gone, 1), feeds.get() if settings.verify else [], settings,
+                             report, counter, t0)
+
+
+def _same_graph(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
+    """Whether two models hold the same graph (their nodes and weights, compared as bytes)."""
+    return len(a.graph.node) == len(b.graph.node) and \
+        a.graph.SerializeToString(deterministic=True) == b.graph.SerializeToString(deterministic=True)
 
 
 def _whole_model_step(name: str, model: onnx.ModelProto, candidate: onnx.ModelProto, rewritten: int, feeds, settings: Settings,
                       report: Report, counter: verify.SessionCounter, t0: float) -> onnx.ModelProto:
     """A step that rewrites the whole model, verified end to end against the model it started
-    from on ``feeds`` (two sessions); the candidate is returned only when they agree."""
+    from on ``feeds`` (two sessions, and two more under the users' settings: _users_settings);
+    the candidate is returned only when they agree under both."""
     record = PassRecord(name, UNVERIFIED, matched=1, rewritten=rewritten, nodes_before=len(model.graph.node),
                         nodes_after=len(candidate.graph.node))
     report.passes.append(record)
@@ -469,12 +482,67 @@ def _whole_model_step(name: str, model: onnx.ModelProto, candidate: onnx.ModelPr
         diffs = _end_to_end(model, original, results, settings, feeds, counter, report)
         record.outputs = {k: d.as_dict() for k, d in diffs.items()}
         bad = [k for k, d in diffs.items() if not d.passed]
+        if not bad and counter.tuned and verify.on_onnxruntime(model):
+            try:
+                reference = verify.first_iterations(verify.switched_run(model, feeds, counter, settings.base_dir), len(feeds))
+            except GraphfixError:
+                raise
+            except Exception:  # noqa: BLE001 - the input itself does not run there: nothing to compare with
+                reference = None
+            users = _users_diffs(model, reference, candidate, settings, report, feeds, counter)[0] if reference else {}
+            bad = [f"{k} only under {verify.USERS_SETTINGS}" for k, d in users.items() if not d.passed]
         record.verdict = ROLLED_BACK if bad else KEPT
         if bad:
             record.reason = f"rolled back: the {name} model's outputs differ ({', '.join(bad)})"
             record.nodes_after = record.nodes_before
     record.seconds = round(time.perf_counter() - t0, 4)
     return model if record.verdict == ROLLED_BACK else candidate
+
+
+class _LazyFeeds:
+    """Verification's feeds, chosen on first use: the shape search (a session of the input model,
+    runs at candidate shapes) is paid only by a run that rewrote something (a pass, --simplify).
+    A run whose passes changed nothing writes the model without opening a session."""
+
+    def __init__(self, model: onnx.ModelProto, settings: Settings, report: Report, source: str | None,
+                 counter: verify.SessionCounter, step) -> None:
+        self.model, self.settings, self.report, self.source, self.counter, self.step = model, settings, report, source, counter, step
+        self.chosen: list[dict[str, np.ndarray]] | None = None
+        self.decisions_added = False
+
+    def get(self, decided: tuple = ([], {})) -> list[dict[str, np.ndarray]]:
+        """The feeds (searched once); with decisions (graphfix.discrete), at least two input sets:
+        near-ties show at more than one input."""
+        if self.chosen is None:
+            self.step("choosing verification inputs")
+            self.chosen = _feeds(self.model, self.settings, self.report, self.source, self.counter)
+        if decided[1] and len(self.chosen) < 2 and not self.settings.feeds and not self.decisions_added:
+            self.decisions_added = True
+            shapes = {k: tuple(v) for k, v in self.report.shapes["shapes"][0].items()}
+            self.chosen = self.chosen + verify.make_inputs(self.model, shapes, self.settings.val_range, self.settings.seed + 1, 1)
+        return self.chosen
+
+    def unused(self) -> None:
+        """Nothing was rewritten: no feeds, no session; the report says why."""
+        if self.chosen is None:
+            self.report.verification = "none needed: nothing was rewritten (no onnxruntime session)"
+            if not self.report.shapes and not self.settings.feeds:
+                self.report.shapes = _unrun_shapes(self.model, self.settings, self.source)
+
+
+def _unrun_shapes(model: onnx.ModelProto, settings: Settings, source: str | None) -> dict[str, Any]:
+    """The report's shapes when nothing was verified: the given ones, else the first candidates
+    the shape search would try, not run (the printed TensorRT profile needs shapes for dynamic
+    inputs; graphfix did not run the model there)."""
+    why = "not needed: nothing was rewritten, so nothing was verified (no onnxruntime session)"
+    try:
+        choice = shapes_mod.choose(model, settings.input_shapes, lambda shapes: None, source)
+    except GraphfixError:
+        return {"reason": why, "shapes": []}
+    shapes = [s for s in choice.shapes if s]
+    if shapes:
+        why += f"; the shapes below, for the printed TensorRT profile only, were not run ({choice.reason})"
+    return {"reason": why, "shapes": [{k: list(v) for k, v in s.items()} for s in shapes]}
 
 
 def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: str | None,
@@ -560,6 +628,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source,
         return None, None, True, None
     by_pass = {r.name: r for r in report.passes}
     every = max(1, len(regs) // 100)
+    first_entry = len(report.nodes)
     for k, r in enumerate(regs):
         if k % every == 0:
             step(f"comparing {len(regs)} regions: {k} done")
@@ -609,35 +678,199 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source,
     report.final = {k: d.as_dict() for k, d in diffs.items()}
     if not all(d.passed for d in diffs.values()):
         return baseline, None, True, None
-    return baseline, final, False, parts
+    entries = dict(zip(map(id, regs), report.nodes[first_entry:], strict=True))
+    return _users_settings(model, graph, log, regs, entries, parts, settings, report, feeds, counter, baseline, final, step)
+
+
+def _users_settings(model, graph, log, regs, entries, parts, settings: Settings, report: Report, feeds, counter,
+                    baseline, final, step):
+    """The written model against the original once more, under the settings users run
+    (onnxruntime's defaults, graph optimizations on: polygraphy's onnxrt runner, a plain
+    InferenceSession). Verification's sessions switch the optimizer off, and an optimizer rule can
+    read a rewrite otherwise: DivMulFusion turned an integer ``Div(1, x)`` feeding a ``Mul`` into
+    ``Div(y, x)`` (issue 22: a Swin export off by 0.2, exact in graphfix's own sessions). Two
+    sessions: the original's run doubles as the noise floor's (verify.switched_run). A difference
+    under these settings only is blamed on the regions that differ in the probe run under them,
+    which are undone and named. Returns _verify_regions' tuple with the results under the users'
+    settings: the reference outputs written for polygraphy come from the configuration it runs."""
+    if not counter.tuned or not verify.on_onnxruntime(model):
+        report.users = {"settings": "verification's own (onnxruntime's defaults, or not onnxruntime): nothing to add",
+                        "outputs": {}}
+        return baseline, final, False, parts
+    step("end-to-end run under onnxruntime's default settings")
+    try:
+        reference = verify.first_iterations(verify.switched_run(model, feeds, counter, settings.base_dir), len(feeds))
+    except GraphfixError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an optimizer that fails on the input itself: nothing to compare with
+        report.users = {"settings": verify.USERS_SETTINGS, "outputs": {}, "skipped": first_line(exc)}
+        report.notes.append(f"onnxruntime cannot run the input model under {verify.USERS_SETTINGS} ({first_line(exc)}): "
+                            "the written model was compared under verification's settings only")
+        return baseline, final, False, parts
+    diffs, results = _users_diffs(model, reference, parts, settings, report, feeds, counter)
+    report.users = {"settings": verify.USERS_SETTINGS, "outputs": {k: d.as_dict() for k, d in diffs.items()}}
+    if all(d.passed for d in diffs.values()):
+        return reference, results, False, parts
+    worst = ", ".join(f"{k} (max abs {d.max_abs:.3g}{'; ' + d.note if d.note else ''})" for k, d in diffs.items() if not d.passed)
+    report.notes.append(f"the fixed model agreed with the original in verification's sessions (graph optimizations off) "
+                        f"but not under {verify.USERS_SETTINGS}: {worst}; the regions that differ there are undone")
+    undone = _undo_under_users_settings(model, regs, entries, settings, report, feeds, counter, step)
+    report.users["rolled_back"] = undone
+    if not any(not e.undone for e in log.edits):
+        return reference, reference, False, model
+    parts = to_parts(graph, model)
+    fixed = parts.proto() if isinstance(parts, Assembled) else parts
+    step("end-to-end run of the fixed model (again)")
+    try:
+        final = verify.run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
+    except Exception as exc:  # noqa: BLE001
+        report.notes.append(f"onnxruntime cannot run the fixed model ({first_line(exc)}); checking pass by pass")
+        return baseline, None, True, None
+    report.final = {k: d.as_dict() for k, d in _end_to_end(model, baseline, final, settings, feeds, counter, report).items()}
+    diffs, results = _users_diffs(model, reference, fixed, settings, report, feeds, counter)
+    report.users["outputs"] = {k: d.as_dict() for k, d in diffs.items()}
+    if not all(d["passed"] for d in [*report.final.values(), *report.users["outputs"].values()]):
+        return baseline, None, True, None
+    return reference, results, False, parts
+
+
+def _users_diffs(model, reference, fixed, settings: Settings, report: Report, feeds, counter):
+    """The fixed model under the users' settings against ``reference`` (the original's run there):
+    (per-output differences, its results). A fixed model those settings cannot run differs on
+    every output (results None)."""
+    try:
+        results = verify.users_run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
+    except GraphfixError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
+        why = f"onnxruntime cannot run it there ({first_line(exc)})"
+        return {o.name: verify.OutputDiff(float("inf"), float("inf"), False, why) for o in model.graph.output}, None
+    diffs = _end_to_end(model, reference, results, settings, feeds, counter, report)
+    _ties_in_another_order(diffs, reference, results, settings, report)
+    return diffs, results
+
+
+def _ties_in_another_order(diffs: dict[str, verify.OutputDiff], reference, results, settings: Settings, report: Report) -> None:
+    """Under the users' settings, an output that depends on a TopK/ArgMax/comparison (found by
+    graphfix.discrete) can come out with near-tied elements in another order: onnxruntime's
+    optimizer changes the rounding that breaks the tie, in the original as in the fixed model (an
+    NMS-free YOLO head, TopK 300 of 8400: the untouched original, default settings vs optimizations
+    off, max abs 164, sorted scores equal to 1.2e-7). The rewrites were judged exactly in
+    verification's own sessions; here such an output passes when its sorted values agree, with a
+    note that says why, and the report says how to compare it with another runtime."""
+    depends = (report.discrete or {}).get("outputs", {})
+    failing = [k for k, d in diffs.items() if not d.passed and k in depends]
+    if not failing:
+        return
+    ordered = verify.sorted_diffs(reference, results, failing, *settings.tol, report.noise_floor)
+    for name in failing:
+        d, s = diffs[name], ordered[name]
+        if not s.passed:
+            continue
+        d.passed = True
+        d.note = (f"tie-sensitive (depends on {', '.join(depends[name])}): near-tied elements in another order "
+                  f"(element by element max abs {d.max_abs:.3g}); as sorted values max abs {s.max_abs:.3g}")
+        report.notes.append(f"output {name} is tie-sensitive: it depends on {', '.join(depends[name])}, and near-tied "
+                            "elements come out in another order under another runtime's rounding, so an element-by-element "
+                            "comparison (polygraphy run --trt ... --load-outputs) can fail where the model is right; compare "
+                            "its sorted values, or its indices with polygraphy's --compare-func indices")
+
+
+def _undo_under_users_settings(model, regs, entries, settings: Settings, report: Report, feeds, counter, step) -> int:
+    """The probe under the users' settings: each live region whose rewritten tensors differ from the
+    original ones there is undone, its record says why (every live region when none does: the
+    difference is then in how the optimizer reads the whole). Returns how many were undone."""
+    live = [r for r in regs if not any(e.undone for e in r.edits)]
+    step(f"probe run under onnxruntime's default settings ({len(live)} regions)")
+    try:
+        ran = verify.users_run(regions_mod.probe_model(model, live), feeds, "graphfix-probe", counter, settings.base_dir)
+    except GraphfixError:
+        raise
+    except Exception:  # noqa: BLE001 - no region can be singled out: every live one is undone
+        ran = None
+    blamed = {}
+    for r in live:
+        if r.unchecked or ran is None:
+            continue
+        bad = {k: d for k, d in verify.region_diffs(ran, r.probes, *settings.tol, settings.automatic_tolerance).items()
+               if not d.passed}
+        if bad:
+            blamed[id(r)] = ", ".join(f"{k} (max abs {d.max_abs:.3g})" for k, d in bad.items())
+    whole = "the whole fixed model differs there and no single region does"
+    by_pass = {rec.name: rec for rec in report.passes}
+    for r in live:
+        if blamed and id(r) not in blamed:
+            continue
+        why = f"differs only under {verify.USERS_SETTINGS}: {blamed.get(id(r), whole)}"
+        if settings.strict:
+            raise StrictFailure(f"--strict: {', '.join(f'{e.node.op} {e.node.name!r}' for e in r.edits)} ({', '.join(r.passes)}) "
+                                f"would be rolled back: it {why}")
+        entry = entries.get(id(r))
+        if entry is not None:
+            entry.update(verdict=ROLLED_BACK, reason=why)
+        r.undo()
+        for name in r.passes:
+            rec = by_pass[name]
+            rec.rolled_back_nodes += sum(e.pass_name == name for e in r.edits)
+            rec.reason = (rec.reason + "; " if rec.reason else "rolled back: ") + why
+            if rec.rolled_back_nodes >= rec.rewritten:
+                rec.verdict = ROLLED_BACK
+    return len(blamed) or len(live)
 
 
 def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step, before=None) -> Outcome:
-    """Whole-pass checking: one session for the input plus one per changed pass (debugging, fallback)."""
+    """Whole-pass checking (debugging, fallback): one session for the input plus one per changed
+    pass, and as many again under the settings users run (a pass kept only when it agrees under
+    both: see _users_settings)."""
     if not report.verification:
         report.verification = "pass by pass (--verify-each)"
-    step("original model on onnxruntime")
-    baseline = verify.run(model, feeds, "original", counter, settings.base_dir)
-    full_check = passes_full_check(model)
-    state = {"results": baseline}
+    state: dict[str, Any] = {"results": None, "users": None}
+    users = counter.tuned and verify.on_onnxruntime(model)
+
+    def users_check(candidate) -> str:
+        """Why ``candidate`` differs under the users' settings only ("" when it does not)."""
+        if state["users"] is None:
+            state["users_ref"] = verify.first_iterations(verify.switched_run(model, state["feeds"], counter, settings.base_dir),
+                                                         len(state["feeds"]))
+        diffs, state["users"] = _users_diffs(model, state["users_ref"], candidate, settings, report, state["feeds"], counter)
+        report.users = {"settings": verify.USERS_SETTINGS, "outputs": {k: d.as_dict() for k, d in diffs.items()}}
+        bad = [f"{k} (max abs {d.max_abs:.3g}{'; ' + d.note if d.note else ''})" for k, d in diffs.items() if not d.passed]
+        return f"differs only under {verify.USERS_SETTINGS}: {', '.join(bad)}" if bad else ""
+
+    def reference() -> Any:
+        """The original's outputs, run when the first pass changed something (feeds chosen then;
+        the checker's depth too: it asks onnxruntime which IR version it loads)."""
+        if state["results"] is None:
+            step("original model on onnxruntime")
+            state["full_check"] = passes_full_check(model)
+            state["feeds"] = feeds.get()
+            state["baseline"] = state["results"] = verify.run(model, state["feeds"], "original", counter, settings.base_dir)
+        return state["baseline"]
 
     def check(record: PassRecord, edits) -> None:
+        baseline = reference()
+        feeds_now = state["feeds"]
         step(f"running passes: verifying {record.name}")
         candidate = to_model(graph, model)
-        reason = _invalid(candidate, full_check, model, report)
+        reason = _invalid(candidate, state["full_check"], model, report)
         results = None
         if not reason:
             try:
-                results = verify.run(candidate, feeds, record.name, counter, settings.base_dir)
+                results = verify.run(candidate, feeds_now, record.name, counter, settings.base_dir)
             except Exception as exc:  # noqa: BLE001
                 reason = f"onnxruntime cannot run the rewritten model ({first_line(exc)})"
         if results is not None:
-            diffs = _end_to_end(model, baseline, results, settings, feeds, counter, report)
+            diffs = _end_to_end(model, baseline, results, settings, feeds_now, counter, report)
             record.outputs = {k: d.as_dict() for k, d in diffs.items()}
             bad = [k for k, d in diffs.items() if not d.passed]
             if bad:
                 reason = "outputs differ beyond atol={:g}/rtol={:g}: {}".format(*settings.tol, ", ".join(
                     f"{k} (max abs {diffs[k].max_abs:.3g}, max rel {diffs[k].max_rel:.3g}{'; ' + diffs[k].note if diffs[k].note else ''})" for k in bad))
+            elif users:
+                kept_users = state["users"]
+                reason = users_check(candidate)
+                if reason:
+                    state["users"] = kept_users  # the last kept state's results stay the reference's partner
         if reason:
             for e in reversed(edits):
                 e.undo()
@@ -649,15 +882,22 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
 
     if _run_passes(graph, chosen, settings, log, report, step, after_pass=check):  # regions undone after checking
         fixed = to_model(graph, model)
-        state["results"] = verify.run(fixed, feeds, "graphfix-fixed", counter, settings.base_dir)
-        diffs = _end_to_end(model, baseline, state["results"], settings, feeds, counter, report)
+        baseline = reference()
+        state["results"] = verify.run(fixed, state["feeds"], "graphfix-fixed", counter, settings.base_dir)
+        diffs = _end_to_end(model, baseline, state["results"], settings, state["feeds"], counter, report)
         report.final = {k: d.as_dict() for k, d in diffs.items()}
+        if users and state["users"] is not None:
+            users_check(fixed)
     fixed = to_model(graph, model) if any(not e.undone for e in log.edits) else model
+    if "baseline" not in state:
+        feeds.unused()
     report.sessions = counter.count
     if settings.trt is not None:
         report.trt = _trt_summary(before or _check(model, settings.trt), _check(fixed, settings.trt), settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
-    return Outcome(fixed, report, feeds, baseline, state["results"])
+    if state["users"] is not None:  # the polygraphy side files: the results under the users' settings
+        return Outcome(fixed, report, state["feeds"], state["users_ref"], state["users"])
+    return Outcome(fixed, report, state.get("feeds", []), state.get("baseline"), state["results"])
 
 
 def _end_to_end(model, baseline, results, settings: Settings, feeds, counter, report: Report) -> dict[str, verify.OutputDiff]:

@@ -61,6 +61,9 @@ class Report:
     #: node-level records: one per rewritten region (passes, nodes, outputs, verdict, diagram)
     nodes: list[dict[str, Any]] = field(default_factory=list)
     final: dict[str, Any] = field(default_factory=dict)
+    #: the end-to-end comparison again under the settings users run (onnxruntime's defaults:
+    #: "settings", per output "outputs", regions undone for a difference there only "rolled_back")
+    users: dict[str, Any] = field(default_factory=dict)
     #: the original model's own noise floor per output (max abs), measured when the strict
     #: end-to-end comparison failed (None: not needed)
     noise_floor: dict[str, float] | None = None
@@ -149,6 +152,20 @@ def table(report: Report) -> str:
     verified = "verification off" if not report.settings.get("verify", True) else f"{report.sessions} onnxruntime session(s)"
     lines += ["", f"{len(report.passes)} pass(es), {verified}, {report.seconds:.2f}s; status: {report.status}"]
     return "\n".join(lines)
+
+
+def users_lines(users: dict[str, Any]) -> list[str]:
+    """The end-to-end comparison under the settings users run, as markdown bullets."""
+    outputs = users.get("outputs") or {}
+    if not outputs:
+        return []
+    bad = [k for k, d in outputs.items() if not d["passed"]]
+    worst = max(outputs, key=lambda k: outputs[k]["max_abs"] if isinstance(outputs[k]["max_abs"], float) else float("inf"))
+    verdict = f"differs: {', '.join(f'`{md_cell(k)}`' for k in bad[:NAMED])}" if bad else "agrees"
+    lines = [f"- under {md_cell(users['settings'])}: {verdict} (worst `{md_cell(worst)}` max abs {_num(outputs[worst]['max_abs'])})"]
+    if users.get("rolled_back"):
+        lines.append(f"  - {users['rolled_back']} region(s) undone for a difference there only")
+    return lines
 
 
 def discrete_lines(record: dict[str, Any] | None) -> list[str]:
@@ -291,6 +308,7 @@ def markdown(report: Report) -> str:
                 f"- shapes: {report.shapes.get('reason', '')}"]
         out += [f"  - `{json.dumps(s)}`" for s in report.shapes.get("shapes", [])[:NAMED]]
         out += [f"- note: {md_cell(n)}" for n in report.notes[:MAX_ROWS]]
+        out += users_lines(report.users)
         if report.noise_floor:
             out += [f"- noise floor of the original model (max abs per output, accepted up to {NOISE_MULTIPLE}x end to end): "
                     + ", ".join(f"`{md_cell(k)}` {_num(v)}" for k, v in list(report.noise_floor.items())[:NAMED])]

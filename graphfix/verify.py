@@ -182,6 +182,8 @@ class SessionCounter:
     def __init__(self) -> None:
         self.count = 0
         self.tuned = True
+        #: (model, feeds, results): the original's run under the other settings (:func:`switched_run`)
+        self.switched: tuple[object, Feeds, RunResults] | None = None
 
 
 #: Said in the report when verification had to use onnxruntime's default session settings.
@@ -290,18 +292,63 @@ def unusable(first: list, second: list, names: list[str]) -> str | None:
     return None
 
 
+#: The configuration users run: what polygraphy's onnxrt runner and a plain InferenceSession use.
+USERS_SETTINGS = "onnxruntime's default session settings (graph optimizations on)"
+
+
+def on_onnxruntime(model: onnx.ModelProto | Assembled) -> bool:
+    """Whether verification runs ``model`` on onnxruntime (not on the ONNX reference evaluator:
+    ATen nodes, ops the installed onnxruntime computes wrongly)."""
+    stub = Assembled.of(model).stub
+    return not (any(n.op_type == "ATen" for n in stub.graph.node) or _wrong_in_onnxruntime(stub))
+
+
+def users_run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: SessionCounter,
+              base_dir=None) -> RunResults:
+    """One session of ``model`` under :data:`USERS_SETTINGS` (graph optimizations on: onnxruntime's
+    fusions, e.g. DivMulFusion, apply), run on every feed."""
+    return _compare_run(Assembled.of(model).compatible(), feeds, name, counter, base_dir, tuned=False)
+
+
+def nudged_feeds(feeds: Feeds) -> Feeds:
+    """Every float input moved by one ulp (how much the model amplifies rounding: :func:`noise_floor`)."""
+    return [{k: _nudged(v) for k, v in feed.items()} for feed in feeds]
+
+
+def switched_run(model: onnx.ModelProto, feeds: Feeds, counter: SessionCounter, base_dir=None) -> RunResults:
+    """``model`` under the session settings verification's sessions do not use (onnxruntime's
+    defaults, unless the model needed them everywhere), on ``feeds`` then :func:`nudged_feeds`.
+    One session per (model, feeds): the noise floor and the reference under the users' settings
+    (:func:`users_run`) share it."""
+    cached = counter.switched
+    if cached is not None and cached[0] is model and cached[1] is feeds:
+        return cached[2]
+    results = _compare_run(Assembled.of(model).compatible(), [*feeds, *nudged_feeds(feeds)], "graphfix-original", counter,
+                           base_dir, not counter.tuned)
+    counter.switched = (model, feeds, results)
+    return results
+
+
+def first_iterations(results: RunResults, n: int) -> RunResults:
+    """The same run restricted to its first ``n`` iterations (a :func:`switched_run` on the feeds alone)."""
+    out = RunResults()
+    for runner, its in results:
+        out.append((runner, list(its[:n])))
+    return out
+
+
 def noise_floor(model: onnx.ModelProto, feeds: Feeds, baseline: RunResults, counter: SessionCounter,
-                base_dir=None) -> dict[str, float]:
+                base_dir=None, ran: RunResults | None = None) -> dict[str, float]:
     """How far the original model's float outputs move under changes that are correct by
     construction: onnxruntime's graph optimizations switched (its fusions round differently), and
     every float input moved by one ulp (how much the model amplifies rounding). Max abs per output;
-    one more session, made only when the strict end-to-end comparison failed."""
+    one more session, made only when the strict end-to-end comparison failed (``ran``: that run,
+    already made on ``feeds`` then :func:`nudged_feeds`, e.g. the run under the users' settings)."""
     parts = Assembled.of(model)
-    if any(n.op_type == "ATen" for n in parts.stub.graph.node) or _wrong_in_onnxruntime(parts.stub):
+    if not on_onnxruntime(parts):
         return {}
-    nudged = [{k: _nudged(v) for k, v in feed.items()} for feed in feeds]
     try:
-        results = _compare_run(parts.compatible(), [*feeds, *nudged], "graphfix-noise", counter, base_dir, not counter.tuned)
+        results = ran or switched_run(model, feeds, counter, base_dir)
     except GraphfixError:
         raise
     except Exception:  # noqa: BLE001 - no noise floor: the strict comparison stands
@@ -476,6 +523,24 @@ def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: flo
                 else:
                     diffs[name] = OutputDiff(max(prev.max_abs, cur.max_abs), max(prev.max_rel, cur.max_rel),
                                              prev.passed and cur.passed, prev.note, floor)
+    return diffs
+
+
+def sorted_diffs(reference: RunResults, candidate: RunResults, names: list[str], atol: float, rtol: float,
+                 noise: dict[str, float] | None = None) -> dict[str, OutputDiff]:
+    """Per output, its values compared as sorted (the same multiset), worst over the iterations:
+    what a tie-sensitive output (TopK of 300 over 8400 anchors at near-ties) keeps when near-tied
+    elements come out in another order. Tolerances as :func:`compare` (``noise``: the floor)."""
+    diffs: dict[str, OutputDiff] = {}
+    for ref_it, cand_it in zip(iterations(reference), iterations(candidate), strict=True):
+        for name in names:
+            ref, cand = np.asarray(ref_it[name]), np.asarray(cand_it[name])
+            floor = (noise or {}).get(name) or 0.0
+            cur = _numpy_diff(np.sort(ref, axis=None), np.sort(cand, axis=None), max(atol, NOISE_MULTIPLE * floor), rtol) \
+                if ref.shape == cand.shape else OutputDiff(float("inf"), float("inf"), False, "shapes differ")
+            prev = diffs.get(name)
+            diffs[name] = cur if prev is None else OutputDiff(
+                max(prev.max_abs, cur.max_abs), max(prev.max_rel, cur.max_rel), prev.passed and cur.passed, prev.note or cur.note)
     return diffs
 
 

@@ -53,7 +53,8 @@ def test_integer_remainder_follows_python_signs():
 def test_constant_divisor_of_one_sign_needs_one_comparison():
     fx = next(f for f in FIXTURES if f.name == "int_remainder_dynamo")
     ops = _ops(passes.get("mod-decompose").apply(fx.build()).model)
-    assert ops.count("Less") + ops.count("Greater") == 2 and "Or" not in ops
+    # per Mod: the dividend's sign (|x| and the C remainder's sign) and the one floor-rule comparison
+    assert ops.count("Less") + ops.count("Greater") == 4 and "Or" not in ops and "And" not in ops
 
 
 @pytest.mark.parametrize("version,rewrites", [(v, True) for v in INSIDE] + [(v, False) for v in OUTSIDE])
@@ -131,6 +132,8 @@ def _check_random(shape, b_shape, dtype, fmod, seed):
     if dtype.kind != "f":
         want = np.fmod(a, b) if fmod else np.mod(a, b)
         np.testing.assert_array_equal(ort_run(result.model, {"a": a, "b": b})[0], want)
+        np.testing.assert_array_equal(_session(result.model, optimized=False).run(None, {"a": a, "b": b})[0], want)
+        np.testing.assert_array_equal(_floor_dividing(result.model, {"a": a, "b": b})[0], want)  # kFLOOR_DIV's reading
 
 
 @settings(max_examples=40, deadline=None)
@@ -144,3 +147,90 @@ def test_random_mod_equals_onnxruntime(case):
 @given(mod_cases())
 def test_random_mod_equals_onnxruntime_slow(case):
     _check_random(*case)
+
+
+# ------------------------------------------------------------------ one meaning for integer arithmetic
+def _session(m: onnx.ModelProto, optimized: bool):
+    import onnxruntime as ort
+
+    from graphfix.model_io import runtime_compatible
+
+    options = ort.SessionOptions()
+    if not optimized:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(runtime_compatible(m).SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _floor_dividing(m: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    """The model on the ONNX reference evaluator with integer Div flooring (TensorRT's kFLOOR_DIV,
+    the ONNX reference before onnx/onnx#7570) instead of truncating (onnxruntime, kDIV)."""
+    from onnx.reference import ReferenceEvaluator
+    from onnx.reference.op_run import OpRun
+
+    class Div(OpRun):
+        op_domain = ""
+
+        def _run(self, a, b):
+            return (np.floor_divide(a, b) if a.dtype.kind in "iu" else np.divide(a, b).astype(a.dtype),)
+
+    return ReferenceEvaluator(m, new_ops=[Div]).run(None, feeds)
+
+
+def _one_over(divisor_dtype, fmod: int) -> onnx.ModelProto:
+    """``1 % y`` with a runtime y: the numerator of the remainder's Div is the constant 1, the form
+    onnxruntime's DivMulFusion rewrites (``Mul(y, Div(1, y)) -> Div(y, y)``)."""
+    elem = ELEM[np.dtype(divisor_dtype)]
+    return model([node("Constant", [], ["one"], value=onnx.numpy_helper.from_array(np.ones((1,), divisor_dtype))),
+                  node("Mod", ["one", "y"], ["r"], fmod=fmod)], [inp("y", elem, ["N"])], [out("r", elem, ["N"])], opset=13)
+
+
+def _old_integer_form(divisor_dtype) -> onnx.ModelProto:
+    """The form mod-decompose wrote before: ``1 - y * Div(1, y)`` (C remainder, one Div feeding a Mul)."""
+    elem = ELEM[np.dtype(divisor_dtype)]
+    return model([node("Constant", [], ["one"], value=onnx.numpy_helper.from_array(np.ones((1,), divisor_dtype))),
+                  node("Div", ["one", "y"], ["q"]), node("Mul", ["y", "q"], ["p"]), node("Sub", ["one", "p"], ["r"])],
+                 [inp("y", elem, ["N"])], [out("r", elem, ["N"])], opset=13)
+
+
+def test_old_integer_form_is_changed_by_divmul_fusion():
+    """The hazard the new form avoids, shown on onnxruntime itself (if this stops failing, onnxruntime
+    fixed DivMulFusion for integers; the new form stays right either way)."""
+    y = np.array([2, 3, 7, -4], np.int64)
+    old = _old_integer_form(np.int64)
+    np.testing.assert_array_equal(_session(old, optimized=False).run(None, {"y": y})[0], np.fmod(1, y))
+    assert not np.array_equal(_session(old, optimized=True).run(None, {"y": y})[0], np.fmod(1, y))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_integer_remainder_immune_to_divmul_fusion(dtype, fmod):
+    """Rewritten ``1 % y``: the same under onnxruntime's default optimizations, with them all off,
+    and with a flooring integer Div, on divisors of both signs."""
+    y = np.array([1, 2, 3, 7, 64, -1, -2, -5], dtype)
+    result = passes.get("mod-decompose").apply(_one_over(dtype, fmod))
+    assert result.rewritten == 1 and "Mod" not in _ops(result.model)
+    want = np.fmod(np.ones_like(y), y) if fmod else np.mod(np.ones_like(y), y)
+    for optimized in (True, False):
+        np.testing.assert_array_equal(_session(result.model, optimized).run(None, {"y": y})[0], want)
+    np.testing.assert_array_equal(_floor_dividing(result.model, {"y": y})[0], want)
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+@pytest.mark.parametrize("divisor", [None, 5, -5])
+def test_integer_remainder_one_meaning_on_negative_operands(fmod, divisor):
+    """Negative dividends and divisors (runtime or constant): truncating Div (onnxruntime, optimized
+    or not) and flooring Div (reference evaluator with floor) give numpy's fmod / mod."""
+    a = np.arange(-23, 24, dtype=np.int64).reshape(47, 1)
+    if divisor is None:
+        m, b = _mod_model([47, 1], [1, 6], np.int64, fmod), np.array([[1, -1, 4, -4, 9, -30]], np.int64)
+        feeds = {"a": a, "b": b}
+    else:
+        m = model([node("Constant", [], ["b"], value=onnx.numpy_helper.from_array(np.array([divisor], np.int64))),
+                   node("Mod", ["a", "b"], ["c"], fmod=fmod)], [inp("a", ELEM[np.dtype(np.int64)], [47, 1])],
+                  [out("c", ELEM[np.dtype(np.int64)], [47, 1])], opset=13)
+        b, feeds = np.array([divisor], np.int64), {"a": a}
+    want = np.fmod(a, b) if fmod else np.mod(a, b)
+    fixed = passes.get("mod-decompose").apply(m).model
+    for optimized in (True, False):
+        np.testing.assert_array_equal(_session(fixed, optimized).run(None, feeds)[0], want)
+    np.testing.assert_array_equal(_floor_dividing(fixed, feeds)[0], want)

@@ -35,9 +35,10 @@ def test_one_line_per_phase_when_stderr_is_not_a_terminal(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     phases = [m.group(1) for m in map(PHASE.match, lines) if m]
-    assert phases == ["loading the model", "checking the model for TensorRT 8.5", "choosing verification inputs",
-                      "importing the graph", "running passes", "verification probe run on onnxruntime (10 regions)",
-                      "comparing 10 regions", "end-to-end run of the fixed model", "exporting the fixed model",
+    assert phases == ["loading the model", "checking the model for TensorRT 8.5", "importing the graph", "running passes",
+                      "choosing verification inputs", "verification probe run on onnxruntime (10 regions)",
+                      "comparing 10 regions", "end-to-end run of the fixed model",
+                      "end-to-end run under onnxruntime's default settings", "exporting the fixed model",
                       "checking the fixed model for TensorRT 8.5"], proc.stderr
     assert lines[len(phases):] == [f"wrote {tmp_path / 'fixed.onnx'}"], proc.stderr  # nothing else: no status line
     assert "\r" not in proc.stderr

@@ -59,11 +59,12 @@ def test_shape_bug_caught_without_hints():
     assert [n.op_type for n in result.model.graph.node if n.op_type != "Constant"] == ["ReduceSum"]
 
 
-def test_many_passes_cost_two_sessions():
+def test_many_passes_cost_four_sessions():
     fx = next(fx for g, fx in all_fixtures() if fx.name == "superglue_matcher")
     result = graphfix.fix(fx.build(), "all", input_shapes=fx.input_shapes or None)
     changed = [p for p in result.report.passes if p.verdict == "kept"]
-    assert len(changed) >= 5 and result.report.sessions <= 2, (len(changed), result.report.sessions)
+    # probe and final, then the original and the fixed model under the users' settings
+    assert len(changed) >= 5 and result.report.sessions <= 4, (len(changed), result.report.sessions)
     each = graphfix.fix(fx.build(), "all", input_shapes=fx.input_shapes or None, verify_each=True)
     assert each.report.sessions > 2  # whole-pass checking: one session per changed pass
 

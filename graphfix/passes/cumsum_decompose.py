@@ -13,6 +13,9 @@ How (the axis is first transposed to the end, and back afterwards, unless it is 
   ``[..., n/64, 64]``, in-block cumsum by MatMul with a 64 x 64 triangle, block totals by
   ReduceSum, their exclusive cumsum (recursively the same lowering, so no constant ever exceeds
   64 x 64; a dynamic number of blocks uses the log-step scan), broadcast add, reshape, slice.
+  The dynamic pad is ``(64 - n % 64) % 64`` on the non-negative length: integer Mod of
+  non-negative operands, one meaning for truncating and flooring division (mod-decompose
+  rewrites it where the target has no Mod).
 * integers: log-step (Hillis-Steele) scan, ceil(log2 n) rounds of ``y += shift(y, 2^k)`` with the
   shift as constant-0 Pad + Slice on the last axis. Integer Add is exact (TensorRT's MatMul is
   float-only and float accumulation is not exact for large integers). A dynamic length gets

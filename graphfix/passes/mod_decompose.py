@@ -8,18 +8,28 @@ window-partition padding ``(ws - H % ws) % ws``, YOLOv10's head) and for ``torch
 ONNX allows from opset 28 (Python ``%`` on float tensors as one node) is rejected by every
 release.
 
-Rewrite, with ``trunc`` division ``q`` (ONNX integer Div truncates toward zero, and so does
-TensorRT's kDIV, which its own Mod importer relies on):
+Integer division is a fault line between runtimes: onnxruntime truncates, the ONNX reference
+evaluator floored (onnx/onnx#7570), and TensorRT has both. Every release imports ONNX Div as
+IElementWiseLayer kDIV (7.0-10.1, the Div importer in builtin_op_importers.cpp /
+onnxOpImporters.cpp), and its own Mod importer (8.5-GA builtin_op_importers.cpp; 10.x
+importerUtils.cpp ``modWithIntegerInputs``) computes ``fmod=1`` as ``a - b * kDIV(a, b)`` and
+``fmod=0`` as ``a - b * kFLOOR_DIV(a, b)``: kDIV truncates on integers, kFLOOR_DIV floors. An
+optimizer can also read integer algebra otherwise: onnxruntime's basic-level DivMulFusion turns
+``Mul(y, Div(1, x))`` into ``Div(y, x)`` for integers too. So the integer form relies on neither:
 
-* C remainder ``t = a - b * q`` (``fmod=1``; the sign of ``a``). Integers: ``q = Div(a, b)``,
-  exact. Floats: ``q = trunc(a / b)`` as Floor/Ceil chosen by sign (there is no Trunc op), and
-  ``t = a`` where ``q == 0``, which also gives ``fmod(x, ±inf) = x`` as the spec says instead of
-  ``inf * 0 = NaN``.
+* **Integers**, C remainder (the sign of ``a``): ``r = |a| + |b| * (0 - Div(|a|, |b|))``, then
+  ``-r`` where ``a < 0``. The one Div has non-negative operands (truncation and floor agree),
+  and its only consumer is a Sub: no Div feeds a Mul (a Swin dynamo export was off by 0.2 under
+  a default onnxruntime session with the earlier ``a - b * Div(a, b)``). ``|t|`` is
+  ``Where(t < 0, 0 - t, t)`` (the older releases' unary Abs takes no INT32); a constant
+  divisor's magnitude is folded. Exact for every operand except the type's minimum.
+* **Floats**, C remainder: ``q = trunc(a / b)`` as Floor/Ceil chosen by sign (there is no Trunc
+  op), ``t = a - b * q``, and ``t = a`` where ``q == 0``, which also gives
+  ``fmod(x, ±inf) = x`` as the spec says instead of ``inf * 0 = NaN``.
 * ``fmod=0`` (Python/floor rule, the sign of ``b``): floats use ``q = Floor(a / b)``; both then
   get ``t + b`` where ``t != 0`` and its sign differs from ``b``'s (``Less``/``Greater``/``And``/
   ``Or``/``Where``: no product ``t * b`` that could overflow; one comparison when ``b`` is a
-  constant of one sign), so integers are exact over their whole range and float ``x % ±inf``
-  follows the spec's special cases.
+  constant of one sign), and float ``x % ±inf`` follows the spec's special cases.
 
 Float results are ``a - b * q`` rounded, like TensorRT's own Mod importer (not correctly
 rounded as C ``fmod`` is when ``|a / b|`` is large; the quotient can also round across an
@@ -66,12 +76,13 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     b = ctx.builder
     work = np.dtype(np.float32) if str(dtype) in _UPCAST else np.dtype(_WIDEN.get(dtype, dtype))
     x, y = (_widen(b, t, r, rank, work, dtype) for t, r in zip((a, b_in), ranks, strict=True))
+    divisor = ctx.folder.value(b_in)
     if is_float:
         out = _float_mod(b, x, y, work, floor=fmod == 0)
     else:
-        out = b.op("Sub", [x, b.op("Mul", [y, b.op("Div", [x, y])])])
+        out = _int_remainder(b, x, y, work, divisor, rank)
     if fmod == 0 and dtype.kind != "u":
-        out = _sign_fix(b, out, y, work, ctx.folder.value(b_in))
+        out = _sign_fix(b, out, y, work, divisor)
     if work != dtype:
         out = b.cast(out, dtype)
     replace_tensor(ctx.graph, node.outputs[0], out)
@@ -82,6 +93,41 @@ def _widen(b: Builder, t: gs.Tensor, rank: int, target: int, work: np.dtype, dty
     if rank < target:
         t = b.unsqueeze(t, list(range(target - rank)))
     return b.cast(t, work) if work != dtype else t
+
+
+def _int_remainder(b: Builder, x: gs.Tensor, y: gs.Tensor, work: np.dtype, divisor: np.ndarray | None,
+                   rank: int) -> gs.Tensor:
+    """The C remainder (sign of ``x``) in a form no runtime or optimizer can read two ways.
+
+    * The one integer Div divides ``|x|`` by ``|y|``: on non-negative operands truncation and
+      floor agree, so it means the same in onnxruntime and TensorRT's kDIV (both truncate), the
+      ONNX reference evaluator (floors) and TensorRT's kFLOOR_DIV.
+    * The quotient reaches the Mul through ``0 - q`` (``r = |x| + |y| * (0 - q)``): no Div
+      feeds a Mul, so onnxruntime's DivMulFusion (``Mul(y, Div(1, x)) -> Div(y, x)``, applied to
+      integers too at its basic level, where ``|x|`` can fold to the constant 1) has nothing to
+      fuse. Issue 22: the earlier ``x - y * Div(x, y)`` was off by 0.2 on a Swin export under a
+      default session.
+    * The sign comes back by Where: ``-r`` where ``x < 0``.
+
+    Exact for every operand but the type's minimum (whose magnitude does not fit)."""
+    zero = np.zeros((), work)
+    signed = work.kind == "i"
+    x_negative = b.op("Less", [x, zero]) if signed else None
+    ax = _magnitude(b, x, x_negative, work) if x_negative is not None else x
+    ay: gs.Tensor | np.ndarray = y
+    if divisor is not None and divisor.size:
+        ay = np.abs(divisor).astype(work) if signed else divisor.astype(work)
+        ay = ay.reshape((1,) * (rank - ay.ndim) + ay.shape)  # every operand at the output rank (7.x Where)
+    elif signed:
+        ay = _magnitude(b, y, b.op("Less", [y, zero]), work)
+    negated = b.op("Sub", [zero, b.op("Div", [ax, ay])])
+    r = b.op("Add", [ax, b.op("Mul", [ay, negated])])
+    return b.op("Where", [x_negative, b.op("Sub", [zero, r]), r]) if x_negative is not None else r
+
+
+def _magnitude(b: Builder, t: gs.Tensor, negative: gs.Tensor, work: np.dtype) -> gs.Tensor:
+    """|t| as Where(t < 0, 0 - t, t): TensorRT's unary Abs takes no INT32 on the older releases."""
+    return b.op("Where", [negative, b.op("Sub", [np.zeros((), work), t]), t])
 
 
 def _float_mod(b: Builder, x: gs.Tensor, y: gs.Tensor, work: np.dtype, floor: bool) -> gs.Tensor:

@@ -13,7 +13,9 @@ Rewrite:
 * float Range over integer shape arithmetic (``torch.arange(x.shape[1] * 0.5)``: constant integral
   start/delta, limit ``Cast(n)``, ``Cast(n) * c`` or ``Cast(n) / c``) becomes an integer Range
   plus a Cast back, when that is exactly equal (integral c; or 1/c integral with delta 1, using
-  ``ceil(n / k) = (n + k - 1) / k`` for shape-derived n >= 0);
+  ``ceil(n / k) = (n + k - 1) / k`` for shape-derived n >= 0: an integer Div of a non-negative
+  value by a positive constant, where truncation and floor agree, feeding Range and no Mul, so
+  no runtime or optimizer reads it otherwise; see mod-decompose);
 * float Range with a rational step (``torch.arange(0, n, 0.5)``, ``1/k``, ``p/q``; integral start,
   limit ``Cast(n)`` times an exact dyadic factor) becomes ``start + delta * Cast(Range(0, count,
   1))``, ``count = max(ceil((limit - start) / delta), 0)`` in integers: ``X = sign(p) * (n*a*q -
