@@ -102,8 +102,10 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     b = ctx.builder
     q, k, v = node.inputs[0], node.inputs[1], node.inputs[2]
     dtype = tensor_dtype(q)
-    if q.shape is None or len(q.shape) not in (3, 4) or dtype is None:
-        raise Skip("Q's rank or type is unknown (run shape inference upstream)")
+    if q.shape is None or len(q.shape) not in (3, 4):
+        raise Skip("Q's rank is unknown (run shape inference upstream)")
+    if dtype is None:
+        raise Skip("Q's type is unknown or bfloat16 (not decomposed: TensorRT before 9.0 has no BF16 at all)")
     if dtype not in _FLOATS:
         raise Skip(f"{dtype} Q is not decomposed (fp16/fp32/fp64 only)")
     if tensor_dtype(v) not in (None, dtype):
@@ -118,10 +120,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
         if len(q.shape) == 3 else (q, k, v)
     k_all = k4 if past_k is None else b.concat([past_k, k4], axis=2)
     v_all = v4 if past_v is None else b.concat([past_v, v4], axis=2)
-    if len(node.outputs) > 1 and _used(node.outputs[1], ctx):
-        replace_tensor(ctx.graph, node.outputs[1], k_all)
-    if len(node.outputs) > 2 and _used(node.outputs[2], ctx):
-        replace_tensor(ctx.graph, node.outputs[2], v_all)
 
     root = _sqrt_scale(b, a, head, q4, dtype)
     k_rep, v_rep = _repeat_kv(b, k_all, q_heads, kv_heads), _repeat_kv(b, v_all, q_heads, kv_heads)
@@ -151,13 +149,14 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     y = b.op("MatMul", [probs, v_rep], dtype=dtype)
     if len(q.shape) == 3:
         y = b.reshape(b.transpose(y, [0, 2, 1, 3]), np.array([0, 0, -1], np.int64), dtype=dtype)
-    replace_tensor(ctx.graph, node.outputs[0], y)
-    if len(node.outputs) > 3 and _used(node.outputs[3], ctx):
-        mode = int(a.get("qk_matmul_output_mode", 0))
-        qk = {0: raw, 1: capped, 2: scores, 3: probs}.get(mode)
-        if qk is None:
-            raise Skip(f"qk_matmul_output_mode {mode} is not one the op defines (0-3)")
-        replace_tensor(ctx.graph, node.outputs[3], qk)
+    mode = int(a.get("qk_matmul_output_mode", 0))
+    qk = {0: raw, 1: capped, 2: scores, 3: probs}.get(mode)
+    if qk is None:
+        raise Skip(f"qk_matmul_output_mode {mode} is not one the op defines (0-3)")
+    # last: replace_tensor hands each new tensor's producer to the old name
+    for k_out, new in zip(node.outputs, (y, k_all, v_all, qk), strict=False):
+        if k_out is node.outputs[0] or _used(k_out, ctx):
+            replace_tensor(ctx.graph, k_out, new)
 
 
 def _np_type(onnx_type: int, dtype: np.dtype) -> np.dtype:
