@@ -43,9 +43,9 @@ CPU kernel agree with it):
 On 10.14+ (``--trt``) a node the importer takes (one output, rank 4, none of the above) is kept:
 TensorRT's fused attention is faster than the decomposition.
 
-Left out (findings): unknown Q rank or type, V of another type than Q, head counts that are
-unknown (4-D with dynamic head dims differing) or not multiples, a bfloat16 ``softmax_precision``
-on another type. Mode 2's masked entries are ``-inf`` as specified; onnxruntime writes the lowest
+Left out (findings): unknown Q rank, bfloat16 Q (TensorRT before 9.0 has no BF16; onnxruntime's
+CPU provider cannot run the decomposition to verify it), V of another type than Q, query heads
+not a multiple of the key/value heads, a bfloat16 ``softmax_precision`` on another type. Mode 2's masked entries are ``-inf`` as specified; onnxruntime writes the lowest
 float there instead.
 """
 
@@ -116,13 +116,15 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     if (past_k is None) != (past_v is None):
         raise Skip("past_key without past_value (or the reverse): the op requires both")
     q_heads, kv_heads, head = _heads(node)
-    q4, k4, v4 = (_split_heads(b, q, q_heads), _split_heads(b, k, kv_heads), _split_heads(b, v, kv_heads)) \
-        if len(q.shape) == 3 else (q, k, v)
+    if len(q.shape) == 3:
+        q4, k4, v4 = _split_heads(b, q, q_heads), _split_heads(b, k, kv_heads), _split_heads(b, v, kv_heads)
+    else:
+        q4, k4, v4 = q, k, v
     k_all = k4 if past_k is None else b.concat([past_k, k4], axis=2)
     v_all = v4 if past_v is None else b.concat([past_v, v4], axis=2)
 
     root = _sqrt_scale(b, a, head, q4, dtype)
-    k_rep, v_rep = _repeat_kv(b, k_all, q_heads, kv_heads), _repeat_kv(b, v_all, q_heads, kv_heads)
+    k_rep, v_rep = _repeat_kv(b, k_all, q4, q_heads, kv_heads), _repeat_kv(b, v_all, q4, q_heads, kv_heads)
     raw = b.op("MatMul", [b.op("Mul", [q4, root], dtype=dtype),
                           b.transpose(b.op("Mul", [k_rep, root], dtype=dtype), [0, 1, 3, 2])], dtype=dtype)
     capped = raw
@@ -165,8 +167,8 @@ def _np_type(onnx_type: int, dtype: np.dtype) -> np.dtype:
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(onnx_type))
 
 
-def _heads(node: gs.Node) -> tuple[int, int, int | None]:
-    """(q heads, kv heads, Q's head size if static)."""
+def _heads(node: gs.Node) -> tuple[int | None, int | None, int | None]:
+    """(q heads, kv heads, Q's head size); None where only the running model knows."""
     q, k = node.inputs[0], node.inputs[1]
     if len(q.shape) == 3:
         q_heads, kv_heads = int(node.attrs.get("q_num_heads", 0)), int(node.attrs.get("kv_num_heads", 0))
@@ -174,18 +176,18 @@ def _heads(node: gs.Node) -> tuple[int, int, int | None]:
             raise Skip("3-D Q/K/V without q_num_heads/kv_num_heads")
         hidden = _dim(q, 2)
         head = hidden // q_heads if hidden is not None else None
-    else:
-        q_heads, kv_heads, head = _dim(q, 1), _dim(k, 1), _dim(q, 3)  # type: ignore[assignment]
-        if q_heads is None or kv_heads is None:
-            if q.shape[1] != k.shape[1] or q.shape[1] is None:
-                raise Skip("Q's or K's head count (dim 1) is unknown: export with static heads")
-            q_heads = kv_heads = 0  # the same symbol: no grouping
-    if kv_heads and q_heads % kv_heads:
+        if q_heads % kv_heads:
+            raise Skip(f"{q_heads} query heads are not a multiple of {kv_heads} key/value heads")
+        return q_heads, kv_heads, head
+    q_heads, kv_heads = _dim(q, 1), _dim(k, 1)
+    if q_heads is not None and kv_heads is not None and q_heads % kv_heads:
         raise Skip(f"{q_heads} query heads are not a multiple of {kv_heads} key/value heads")
-    return q_heads, kv_heads, head
+    if q_heads is None and kv_heads is None and q.shape[1] == k.shape[1]:
+        q_heads = kv_heads = 1  # the same symbol: no grouping, whatever the count
+    return q_heads, kv_heads, _dim(q, 3)
 
 
-def _split_heads(b: Builder, x: gs.Tensor, heads: int) -> gs.Tensor:
+def _split_heads(b: Builder, x: gs.Tensor, heads: int | None) -> gs.Tensor:
     """[B, S, heads * D] -> [B, heads, S, D]."""
     return b.transpose(b.reshape(x, np.array([0, 0, heads, -1], np.int64)), [0, 2, 1, 3])
 
@@ -200,13 +202,22 @@ def _sqrt_scale(b: Builder, a: dict, head: int | None, q4: gs.Tensor, dtype: np.
     return b.op("Sqrt", [b.op("Div", [np.array(1, dtype), b.op("Sqrt", [size], dtype=dtype)], dtype=dtype)], dtype=dtype)
 
 
-def _repeat_kv(b: Builder, x: gs.Tensor, q_heads: int, kv_heads: int) -> gs.Tensor:
-    """[B, kv, S, D] -> [B, q, S, D], kv head h // group for head h (Expand, no copies of weights)."""
-    if not kv_heads or q_heads == kv_heads:
+def _repeat_kv(b: Builder, x: gs.Tensor, q: gs.Tensor, q_heads: int | None, kv_heads: int | None) -> gs.Tensor:
+    """[B, kv, S, D] -> [B, q, S, D], kv head h // group for head h (Expand, no copies of weights).
+    Head counts only the running model knows (4-D inputs with dynamic dim 1) are read with Shape."""
+    if q_heads is not None and q_heads == kv_heads:
         return x
-    wide = b.op("Expand", [b.unsqueeze(x, [2]), np.array([1, 1, q_heads // kv_heads, 1, 1], np.int64)])
     tail = b.slice(b.shape(x), np.array([2], np.int64), np.array([4], np.int64), axes=[0])
-    return b.reshape(wide, b.concat([np.array([0, q_heads], np.int64), tail], axis=0))
+    if q_heads is not None and kv_heads is not None:
+        group: gs.Tensor | np.ndarray = np.array([q_heads // kv_heads], np.int64)
+        heads: gs.Tensor | np.ndarray = np.array([q_heads], np.int64)
+    else:
+        heads = b.slice(b.shape(q), np.array([1], np.int64), np.array([2], np.int64), axes=[0])
+        kv = b.slice(b.shape(x), np.array([1], np.int64), np.array([2], np.int64), axes=[0])
+        group = b.op("Div", [heads, kv], dtype=np.int64)
+    ones = np.array([1, 1], np.int64)
+    wide = b.op("Expand", [b.unsqueeze(x, [2]), b.concat([ones, group, ones], axis=0)])
+    return b.reshape(wide, b.concat([np.array([0], np.int64), heads, tail], axis=0))
 
 
 def _length(b: Builder, t: gs.Tensor, axis: int) -> Dim:
