@@ -14,7 +14,7 @@ from support import case_feeds, check_fixture, check_rewrite, node_cases, ort_ru
 
 import graphfix
 from fixtures.make_fixtures import all_fixtures
-from fixtures.recipes._onnx import BOOL, FLOAT, FLOAT16, INT64, inp, model, node, out
+from fixtures.recipes._onnx import BOOL, FLOAT, INT64, inp, model, node, out
 from graphfix import passes
 from graphfix.trt.check import BLOCKING, check_model
 
