@@ -226,3 +226,59 @@ def test_random_attention_matches_onnxruntime(case):
     m, feeds = _random_model(*case)
     result = check_rewrite(m, PASS, feeds, atol=1e-5, rtol=1e-5)
     assert "Attention" not in _ops(result.model) and remaining_matches(result.model, PASS) == []
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
+def test_qk_matmul_output_modes_with_softcap(mode):
+    """Mode 0 is the raw product, before softcap (the spec and onnxruntime; onnx's reference
+    returns it after softcap), 1 after softcap, 2 with the (finite) float mask added, 3 the
+    probabilities."""
+    m = model([node("Attention", ["q", "k", "v", "bias"], ["y", "", "", "qk"], name="/a", softcap=2.0,
+                    qk_matmul_output_mode=mode)],
+              [inp("q", FLOAT, [1, 2, 3, 4]), inp("k", FLOAT, [1, 2, 5, 4]), inp("v", FLOAT, [1, 2, 5, 4]),
+               inp("bias", FLOAT, [3, 5])], [out("y", FLOAT, [1, 2, 3, 4]), out("qk", FLOAT, [1, 2, 3, 5])], opset=23)
+    rng = np.random.default_rng(mode)
+    feeds = {n: (rng.standard_normal(s) * 3).astype(np.float32)
+             for n, s in {"q": (1, 2, 3, 4), "k": (1, 2, 5, 4), "v": (1, 2, 5, 4), "bias": (3, 5)}.items()}
+    qk = ort_run(check_rewrite(m, PASS, feeds, atol=1e-5, rtol=1e-5).model, feeds)[1]
+    raw = feeds["q"] @ feeds["k"].transpose(0, 1, 3, 2) / 2  # default scale 1/sqrt(4)
+    capped = 2 * np.tanh(raw / 2)
+    if mode < 3:
+        np.testing.assert_allclose(qk, [raw, capped, capped + feeds["bias"]][mode], atol=1e-5, rtol=1e-5)
+
+
+@st.composite
+def windowed_cases(draw):
+    batch, heads, q_len = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(1, 5))
+    kv_len = draw(st.integers(q_len, 8))
+    return (batch, heads, q_len, kv_len, draw(st.booleans()), draw(st.integers(-1, 3)), draw(st.integers(-1, 3)),
+            draw(st.booleans()), draw(st.sampled_from(["none", "bool", "float"])), draw(st.booleans()),
+            draw(st.integers(0, 2**31)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(windowed_cases())
+def test_random_nonpad_and_window_match_onnxruntime(case):
+    """Opset 25 (24 without a window): causal frontier offset per batch by nonpad_kv_seqlen - q_len,
+    sliding windows, keys past each batch's length hidden, empty rows zero."""
+    batch, heads, q_len, kv_len, causal, left, right, with_nonpad, mask, dynamic, seed = case
+    rng = np.random.default_rng(seed)
+    shapes = {"q": [batch, heads, q_len, 4], "k": [batch, heads, kv_len, 4], "v": [batch, heads, kv_len, 4]}
+    names = ["q", "k", "v", ""]
+    if mask != "none":
+        shapes["mask"], names[3] = [1, 1, q_len, kv_len], "mask"
+    if with_nonpad:
+        shapes["nonpad"] = [batch]
+        names += ["", "", "nonpad"]
+    attrs = {"is_causal": int(causal)}
+    if left >= 0 or right >= 0:
+        attrs.update(left_window_size=left, right_window_size=-1 if causal else right)
+    types = {n: BOOL if (n == "mask" and mask == "bool") else INT64 if n == "nonpad" else FLOAT for n in shapes}
+    dims = {n: [f"{n}{i}" for i in range(len(s))] if dynamic and n != "nonpad" else s for n, s in shapes.items()}
+    m = model([node("Attention", names, ["y"], name="/a", **attrs)], [inp(n, types[n], dims[n]) for n in shapes],
+              [out("y", FLOAT, ["b", "h", "s", "d"])], opset=25 if "left_window_size" in attrs else 24)
+    feeds = {n: rng.random(s) > 0.3 if types[n] == BOOL else
+             rng.integers(max(0, q_len - 2), kv_len + 1, s).astype(np.int64) if n == "nonpad" else
+             rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    result = check_rewrite(m, PASS, feeds, atol=1e-5, rtol=1e-5)
+    assert not np.isnan(ort_run(result.model, feeds)[0]).any()
