@@ -282,3 +282,31 @@ def test_random_nonpad_and_window_match_onnxruntime(case):
              rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
     result = check_rewrite(m, PASS, feeds, atol=1e-5, rtol=1e-5)
     assert not np.isnan(ort_run(result.model, feeds)[0]).any()
+
+
+@pytest.mark.parametrize("trt", ["8.6", "10.1", "10.7"])
+@pytest.mark.parametrize("fx", FIXTURES.values(), ids=lambda fx: fx.name)
+def test_auto_fixes_every_fixture_verified(fx, trt):
+    result = graphfix.fix(fx.build(), "auto", trt=trt, val_range=fx.val_range)
+    assert result.report.status == "ok" and "Attention" not in _ops(result.model)
+    assert [(p.name, p.verdict) for p in result.report.passes] == [(PASS, "kept")]
+    assert not [f for f in check_model(result.model, trt).findings if f.severity == BLOCKING]
+
+
+def test_mask_shorter_than_a_dynamic_external_cache_is_padded_at_runtime():
+    """Opset 24: the mask covers only the first keys of an external cache whose length is
+    dynamic; the rest is padded with -inf from Shape. onnxruntime refuses such a mask, so the
+    oracle is onnx's reference implementation."""
+    from onnx.reference import ReferenceEvaluator
+
+    m = model([node("Attention", ["q", "k", "v", "mask", "", "", "n"], ["y"], name="/a", is_causal=1)],
+              [inp("q", FLOAT, ["b", 2, "s", 4]), inp("k", FLOAT, ["b", 2, "t", 4]), inp("v", FLOAT, ["b", 2, "t", 4]),
+               inp("mask", FLOAT, ["b", 1, "s", "m"]), inp("n", INT64, ["b"])], [out("y", FLOAT, ["b", 2, "s", 4])], opset=24)
+    result = passes.get(PASS).apply(m)
+    assert result.rewritten == 1 and "Concat" in _ops(result.model)
+    rng = np.random.default_rng(3)
+    feeds = {"q": rng.standard_normal((2, 2, 3, 4), np.float32), "k": rng.standard_normal((2, 2, 7, 4), np.float32),
+             "v": rng.standard_normal((2, 2, 7, 4), np.float32), "mask": rng.standard_normal((2, 1, 3, 5), np.float32),
+             "n": np.array([4, 5], np.int64)}
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    np.testing.assert_allclose(ort_run(result.model, feeds)[0], want, atol=1e-5, rtol=1e-5)
