@@ -80,9 +80,16 @@ def _ignored_attributes(node: gs.Node, ctx: Context) -> bool:
     return float(node.attrs.get("softcap", 0.0)) != 0.0 or window or optional_input(node, 6) is not None
 
 
-def _rank3(node: gs.Node, ctx: Context) -> bool:
-    shape = node.inputs[0].shape
-    return shape is not None and len(shape) == 3
+def _not_rank4(node: gs.Node, ctx: Context) -> bool:
+    """3-D Q/K/V, or a mask of rank < 4 or covering fewer keys than there are (statically)."""
+    q, mask = node.inputs[0], optional_input(node, 3)
+    if q.shape is not None and len(q.shape) == 3:
+        return True
+    if mask is None or mask.shape is None:
+        return False
+    keys = _dim(node.inputs[1], 2)
+    width = _dim(mask, len(mask.shape) - 1) if mask.shape else None
+    return len(mask.shape) < 4 or (keys is not None and width is not None and 1 < width < keys)
 
 
 # ----------------------------------------------------------------- the rewrite
@@ -115,6 +122,9 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     nonpad = optional_input(node, 6)
     if (past_k is None) != (past_v is None):
         raise Skip("past_key without past_value (or the reverse): the op requires both")
+    mode = int(a.get("qk_matmul_output_mode", 0))
+    if mode not in (0, 1, 2, 3):
+        raise Skip(f"qk_matmul_output_mode {mode} is not one the op defines (0-3)")
     q_heads, kv_heads, head = _heads(node)
     if len(q.shape) == 3:
         q4, k4, v4 = _split_heads(b, q, q_heads), _split_heads(b, k, kv_heads), _split_heads(b, v, kv_heads)
@@ -142,7 +152,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     precision = a.get("softmax_precision")
     work = dtype
     if precision is not None:
-        work = _np_type(int(precision), dtype)
+        work = _np_type(int(precision))
     probs = b.op("Softmax", [scores if work == dtype else b.cast(scores, work)], {"axis": -1}, dtype=work)
     if guard is not None:
         probs = b.op("Where", [guard, np.zeros((1, 1, 1, 1), work), probs], dtype=work)
@@ -151,17 +161,14 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     y = b.op("MatMul", [probs, v_rep], dtype=dtype)
     if len(q.shape) == 3:
         y = b.reshape(b.transpose(y, [0, 2, 1, 3]), np.array([0, 0, -1], np.int64), dtype=dtype)
-    mode = int(a.get("qk_matmul_output_mode", 0))
-    qk = {0: raw, 1: capped, 2: scores, 3: probs}.get(mode)
-    if qk is None:
-        raise Skip(f"qk_matmul_output_mode {mode} is not one the op defines (0-3)")
+    qk = (raw, capped, scores, probs)[mode]
     # last: replace_tensor hands each new tensor's producer to the old name
     for k_out, new in zip(node.outputs, (y, k_all, v_all, qk), strict=False):
         if k_out is node.outputs[0] or _used(k_out, ctx):
             replace_tensor(ctx.graph, k_out, new)
 
 
-def _np_type(onnx_type: int, dtype: np.dtype) -> np.dtype:
+def _np_type(onnx_type: int) -> np.dtype:
     if onnx_type == onnx.TensorProto.BFLOAT16:
         raise Skip("softmax_precision bfloat16 is not decomposed (no such numpy type for the constants)")
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(onnx_type))
@@ -364,8 +371,9 @@ PASS = Pass(
              _past, error="attention-unsupported-form", evidence=f"{_EVIDENCE}; operator table 10.14+"),
         Rule(WRONG_RESULTS, ">=10.14", "softcap, nonpad_kv_seqlen or a sliding window, which the importer does not read",
              _ignored_attributes, evidence=f"{_EVIDENCE} (reads scale, is_causal, q/kv_num_heads only); operator table 10.14+"),
-        Rule(LIMIT, ">=10.14", "3-D Q/K/V (q_num_heads/kv_num_heads): the operator table asks for rank 4", _rank3,
-             evidence="operator table 10.14-11.1 (a later importer source reshapes 3-D itself)"),
+        Rule(LIMIT, ">=10.14", "3-D Q/K/V (q_num_heads/kv_num_heads), or an attn_mask of rank < 4 or shorter than the keys: "
+             "the operator table asks for rank 4", _not_rank4,
+             evidence="operator table 10.14-11.1 (a later importer source reshapes 3-D Q/K/V and lower-rank masks itself)"),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",
