@@ -6,12 +6,14 @@ Attention importer ("No importer registered for op: Attention"; the operator tab
 10.14). The 10.14+ importer (``onnxOpImporters.cpp`` importAttention, ``AttentionHelpers.cpp``)
 builds one ``IAttention`` layer and refuses or ignores what that layer cannot express:
 
-* any output besides Y: "TensorRT only supports Attention nodes with one output" (an exported
-  KV-cache step lists present_key/present_value; NVIDIA/TensorRT#4738 on 10.16);
+* any output besides Y: "TensorRT only supports Attention nodes with one output" (a KV-cache
+  step that uses the op's own cache lists present_key/present_value; NVIDIA/TensorRT#4738 on
+  10.16. torch's exporter concatenates the cache outside the node instead);
 * ``past_key``/``past_value``: "Setting past_key for the Attention node is not supported";
 * ``softcap``, ``nonpad_kv_seqlen`` and the opset-25 ``left/right_window_size`` are not read
   at all (the layer would attend where the model does not);
-* 3-D Q/K/V (``q_num_heads``/``kv_num_heads``): the operator tables of 10.14-11.1 say rank 4.
+* 3-D Q/K/V (``q_num_heads``/``kv_num_heads``) and masks of lower rank: the operator tables of
+  10.14-11.1 say rank 4 (a later importer source reshapes both itself).
 
 How (the op's definition, step by step; ``onnx.reference`` ``op_attention.py`` and onnxruntime's
 CPU kernel agree with it):
