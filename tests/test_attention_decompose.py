@@ -71,10 +71,18 @@ def test_there_are_many_node_cases():
 def test_onnx_node_cases(case):
     m = runnable(case.model, 23)
     result = passes.get(PASS).apply(m)
-    if case.model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16:
-        assert result.rewritten == 0 and "bfloat16" in result.findings[0].message
-        return
     assert result.rewritten == 1 and "Attention" not in _ops(result.model), result.findings
+    if case.model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16:
+        # onnxruntime's CPU provider runs neither the op nor bfloat16 feeds: onnx's reference
+        # runs the decomposition (float32 inside), against the spec's outputs, one bf16 rounding
+        from onnx.reference import ReferenceEvaluator
+
+        for inputs, expected in case.data_sets:
+            got = ReferenceEvaluator(result.model).run(None, case_feeds(m, inputs))
+            for g, e in zip(got, expected, strict=True):
+                assert g.dtype == e.dtype and g.shape == e.shape
+                np.testing.assert_allclose(g.astype(np.float32), e.astype(np.float32), atol=1e-2, rtol=1e-2)
+        return
     for inputs, expected in case.data_sets:
         feeds = case_feeds(m, inputs)
         want = _expected_or_ort(m, feeds, expected)

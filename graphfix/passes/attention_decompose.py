@@ -49,10 +49,12 @@ with a BOOL mask 1.2x (the row guard's TopK and Where).
 On 10.14+ (``--trt``) a node the importer takes (one output, rank 4, none of the above) is kept:
 TensorRT's fused attention is faster than the decomposition.
 
-Left out (findings): unknown Q rank, bfloat16 Q (TensorRT before 9.0 has no BF16; onnxruntime's
-CPU provider cannot run the decomposition to verify it), V of another type than Q, query heads
-not a multiple of the key/value heads, a bfloat16 ``softmax_precision`` on another type. Mode 2's masked entries are ``-inf`` as specified; onnxruntime writes the lowest
-float there instead.
+bfloat16 Q/K/V (and masks, caches) are cast to float32, decomposed there and the outputs cast
+back (numpy has no bfloat16 for the constants; within one bfloat16 rounding of the op's cases).
+
+Left out (findings): unknown Q rank, V of another type than Q, query heads not a multiple of
+the key/value heads, a bfloat16 ``softmax_precision`` on fp16/fp32/fp64 Q. Mode 2's masked
+entries are ``-inf`` as specified; onnxruntime writes the lowest float there instead.
 """
 
 from __future__ import annotations
@@ -114,14 +116,15 @@ def _dim(t: gs.Tensor, axis: int) -> int | None:
 def rewrite(node: gs.Node, ctx: Context) -> None:
     b = ctx.builder
     q, k, v = node.inputs[0], node.inputs[1], node.inputs[2]
-    dtype = tensor_dtype(q)
+    bf16 = _is_bf16(q)  # computed in float32, cast back: numpy has no bfloat16 for the constants
+    dtype = np.dtype(np.float32) if bf16 else tensor_dtype(q)
     if q.shape is None or len(q.shape) not in (3, 4):
         raise Skip("Q's rank is unknown (run shape inference upstream)")
     if dtype is None:
-        raise Skip("Q's type is unknown or bfloat16 (not decomposed: TensorRT before 9.0 has no BF16 at all)")
+        raise Skip("Q's type is unknown (run shape inference upstream)")
     if dtype not in _FLOATS:
-        raise Skip(f"{dtype} Q is not decomposed (fp16/fp32/fp64 only)")
-    if tensor_dtype(v) not in (None, dtype):
+        raise Skip(f"{dtype} Q is not decomposed (fp16/bf16/fp32/fp64 only)")
+    if tensor_dtype(v) not in (None, dtype) or bf16 != _is_bf16(v):
         raise Skip("V has another type than Q")
     a = node.attrs
     mask, past_k, past_v = optional_input(node, 3), optional_input(node, 4), optional_input(node, 5)
@@ -132,12 +135,17 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     if mode not in (0, 1, 2, 3):
         raise Skip(f"qk_matmul_output_mode {mode} is not one the op defines (0-3)")
     q_heads, kv_heads, head = _heads(node)
+
+    def value(t: gs.Tensor) -> gs.Tensor:
+        return b.cast(t, np.float32) if bf16 else t
+
+    qv, kv, vv = value(q), value(k), value(v)
     if len(q.shape) == 3:
-        q4, k4, v4 = _split_heads(b, q, q_heads), _split_heads(b, k, kv_heads), _split_heads(b, v, kv_heads)
+        q4, k4, v4 = _split_heads(b, qv, q_heads), _split_heads(b, kv, kv_heads), _split_heads(b, vv, kv_heads)
     else:
-        q4, k4, v4 = q, k, v
-    k_all = k4 if past_k is None else b.concat([past_k, k4], axis=2)
-    v_all = v4 if past_v is None else b.concat([past_v, v4], axis=2)
+        q4, k4, v4 = qv, kv, vv
+    k_all = k4 if past_k is None else b.concat([value(past_k), k4], axis=2)
+    v_all = v4 if past_v is None else b.concat([value(past_v), v4], axis=2)
 
     root = _sqrt_scale(b, a, head, q4, dtype)
     k_rep, v_rep = _repeat_kv(b, k_all, q4, q_heads, kv_heads), _repeat_kv(b, v_all, q4, q_heads, kv_heads)
@@ -157,7 +165,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
     precision = a.get("softmax_precision")
     work = dtype
-    if precision is not None:
+    if precision is not None and not (bf16 and int(precision) in (onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT)):
         work = _np_type(int(precision))
     probs = b.op("Softmax", [scores if work == dtype else b.cast(scores, work)], {"axis": -1}, dtype=work)
     if guard is not None:
@@ -171,12 +179,16 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     # last: replace_tensor hands each new tensor's producer to the old name
     for k_out, new in zip(node.outputs, (y, k_all, v_all, qk), strict=False):
         if k_out is node.outputs[0] or _used(k_out, ctx):
-            replace_tensor(ctx.graph, k_out, new)
+            replace_tensor(ctx.graph, k_out, b.op("Cast", [new], {"to": onnx.TensorProto.BFLOAT16}) if bf16 else new)
+
+
+def _is_bf16(t: gs.Tensor) -> bool:
+    return t.dtype == onnx.TensorProto.BFLOAT16 or str(t.dtype) == "bfloat16"
 
 
 def _np_type(onnx_type: int) -> np.dtype:
     if onnx_type == onnx.TensorProto.BFLOAT16:
-        raise Skip("softmax_precision bfloat16 is not decomposed (no such numpy type for the constants)")
+        raise Skip("softmax_precision bfloat16 on fp16/fp32/fp64 Q is not decomposed")
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(onnx_type))
 
 
@@ -292,6 +304,8 @@ def _mask_bias(b: Builder, mask: gs.Tensor, dtype: np.dtype, k_len: Dim | None, 
     m = b.unsqueeze(mask, list(range(4 - rank))) if rank < 4 else mask
     if tensor_dtype(mask) == np.bool_:
         m = b.op("Where", [m, np.zeros((1, 1, 1, 1), dtype), np.full((1, 1, 1, 1), -np.inf, dtype)], dtype=dtype)
+    elif _is_bf16(mask):
+        m = b.cast(m, dtype)
     elif tensor_dtype(mask) not in (None, dtype):
         raise Skip(f"attn_mask of type {tensor_dtype(mask)} with Q of type {dtype}")
     width = _dim(mask, rank - 1)
