@@ -19,6 +19,7 @@ from typing import Any
 
 from graphfix.errors import GraphfixError
 from graphfix.model_io import load_model
+from graphfix.options import check_jobs
 from graphfix.report import group_by, grouped, md_cell
 from graphfix.trt.check import BLOCKING, check_model
 from graphfix.trt.support import resolve
@@ -43,8 +44,7 @@ def run(args: argparse.Namespace) -> int:
     versions = [v.strip() for v in args.trt.split(",") if v.strip()]
     if not versions:
         raise GraphfixError(f"--trt {args.trt!r} names no release")
-    if args.jobs < 1:
-        raise GraphfixError(f"--jobs {args.jobs}: must be a whole number >= 1")
+    check_jobs(args.jobs)
     for v in versions:
         resolve(v)  # a version typo ('86') is refused before any model is read
     if len(args.model) == 1 and len(versions) == 1 and not Path(args.model[0]).is_dir() and not (args.csv or args.md):
