@@ -166,15 +166,12 @@ def _fix_many(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir)
     if not out_dir.is_dir():
         raise GraphfixError("--out-dir: no such directory", args.out_dir)
-    names = [Path(p).name for p in args.paths]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise GraphfixError(f"--out-dir: several inputs are named {', '.join(twice)}; their outputs would collide")
+    paths.check_batch(args.paths, out_dir, args.report, sidecar_files=not args.no_verify)
     reports, codes = list(args.report), []
     for source in args.paths:
         one = argparse.Namespace(**vars(args))
-        one.input, one.output = source, str(out_dir / Path(source).name)
-        one.report = [str(out_dir / f"{Path(source).stem}.{Path(r).name}") for r in reports]
+        output, named = paths.batch_names(source, out_dir, reports)
+        one.input, one.output, one.report = source, str(output), [str(r) for r in named]
         try:
             code = fix_one(one)
         except GraphfixError as exc:
