@@ -341,7 +341,7 @@ def check_batch(sources: Sequence[str], out_dir: str | os.PathLike, reports: Seq
             if key in written:
                 first, path = written[key]
                 same = "" if path.name == f.name else " (names that differ only in case are one file on case-insensitive filesystems)"
-                raise GraphfixError(f"--out-dir: {first} and {src} would both write {path if same else f}{same}: "
+                raise GraphfixError(f"--out-dir: {first} and {src} would collide: both write {path if same else f}{same}; "
                                     "rename one of the inputs")
             written[key] = (src, f)
 
