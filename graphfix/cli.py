@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from graphfix import __version__
 from graphfix.atomic import Terminated, deferred_signals, first_line, signal_raised, signals_as_exceptions
 from graphfix.commands import COMMANDS
-from graphfix.errors import GraphfixError
+from graphfix.errors import GraphfixError, visible
 
 #: Exit codes: 0 done, 1 --strict failure / check found blocking nodes, 2 bad input,
 #: 3 a bug in graphfix (one line; --verbose shows the traceback), 4 written but the --trt target
@@ -119,7 +119,7 @@ def discard_stdout() -> None:
 
 def _say(line: str, code: int) -> int:
     """One line, whatever the message quotes (a tensor name may hold a newline or an escape)."""
-    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+    line = visible(line)
     with contextlib.suppress(OSError):
         print(line, file=sys.stderr)
     return code

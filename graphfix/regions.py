@@ -21,6 +21,7 @@ import onnx_graphsurgeon as gs
 from onnx import helper, numpy_helper
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
+from graphfix.errors import cut, visible
 from graphfix.graph.convert import all_graphs
 from graphfix.graph.edits import Edit, live_nodes
 from graphfix.model_io import Assembled
@@ -178,11 +179,16 @@ _ESCAPES = {"#": "#35;", '"': "#quot;", "<": "#lt;", ">": "#gt;", "`": "#96;"}
 _SHAPES = {"op": ("[", "]"), "tensor": ("([", "])"), "constant": ("[(", ")]")}
 
 
+#: Characters of a label a diagram holds (a name can be 100,000 long; the JSON has it whole in
+#: the region's node list); control characters are written as escapes, so no label breaks a line.
+_MAX_LABEL = 240
+
+
 def mermaid_node(node_id: str, text: str, shape: str = "op") -> str:
     """``id["text"]`` in the given shape, the text quoted and entity-escaped: tensor names hold
     ``/``, ``:``, ``[``, ``"`` and anything else, and one bad label fails the whole diagram."""
     opening, closing = _SHAPES[shape]
-    quoted = "".join(_ESCAPES.get(c, c) for c in text)
+    quoted = "".join(_ESCAPES.get(c, c) for c in visible(cut(text, _MAX_LABEL)))
     return f'{node_id}{opening}"{quoted}"{closing}'
 
 

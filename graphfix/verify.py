@@ -26,8 +26,8 @@ from polygraphy.logger import G_LOGGER
 from graphfix import report as report_mod
 from graphfix.atomic import reraise_swallowed_signal
 from graphfix.errors import GraphfixError
-from graphfix.options import MAX_DIM
 from graphfix.model_io import Assembled, first_line, runtime_compatible
+from graphfix.options import MAX_DIM
 
 Feeds = list[dict[str, np.ndarray]]
 #: Default value range of float inputs.

@@ -17,10 +17,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from graphfix.errors import GraphfixError
+from graphfix.errors import GraphfixError, visible
 from graphfix.model_io import load_model
 from graphfix.options import check_jobs
-from graphfix.report import group_by, grouped, md_cell
+from graphfix.report import MAX_TEXT, group_by, grouped, md_code, md_text
 from graphfix.trt.check import BLOCKING, check_model
 from graphfix.trt.support import resolve
 
@@ -152,7 +152,7 @@ def _lines(rows: list[dict[str, Any]], versions: list[str]) -> Iterator[list[str
 
 def to_text(rows: list[dict[str, Any]], versions: list[str]) -> str:
     """Aligned columns (blocked cells name the ops), then why each blocked cell is blocked."""
-    table = list(_lines(rows, versions))
+    table = [[visible(c) for c in t] for t in _lines(rows, versions)]  # names are free text: escapes, not control codes
     widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
     out = ["  ".join(c.ljust(w) for c, w in zip(t, widths, strict=True)).rstrip() for t in table]
     out.insert(1, "  ".join("-" * w for w in widths))
@@ -160,7 +160,7 @@ def to_text(rows: list[dict[str, Any]], versions: list[str]) -> str:
     notes += [f"{r['model']} @ {v}: {why}" for r in rows if "error" not in r for v in versions
               for why in r["releases"][v]["blocked"]]
     blocked = sum(c["status"] == BLOCKED for r in rows if "error" not in r for c in r["releases"].values())
-    out += ["", *notes] if notes else []
+    out += ["", *map(visible, notes)] if notes else []
     out += ["", f"{len(rows)} model(s) x {len(versions)} release(s): {blocked} blocked after fixing"
             + (f", {len(rows) - sum('error' not in r for r in rows)} unreadable" if any("error" in r for r in rows) else "")]
     return "\n".join(out)
@@ -170,13 +170,13 @@ def to_csv(rows: list[dict[str, Any]], versions: list[str]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["model", *versions])
-    writer.writerows([r["model"], *(cell(r, v) for v in versions)] for r in rows)
+    writer.writerows([visible(r["model"]), *(visible(cell(r, v)) for v in versions)] for r in rows)
     return buf.getvalue()
 
 
 def to_markdown(rows: list[dict[str, Any]], versions: list[str]) -> str:
-    out = ["| model | " + " | ".join(versions) + " |", "|---|" + "---|" * len(versions)]
-    out += ["| " + " | ".join([f"`{md_cell(r['model'])}`", *(md_cell(cell(r, v)) for v in versions)]) + " |" for r in rows]
+    out = ["| model | " + " | ".join(map(md_text, versions)) + " |", "|---|" + "---|" * len(versions)]
+    out += ["| " + " | ".join([md_code(r["model"], MAX_TEXT), *(md_text(cell(r, v)) for v in versions)]) + " |" for r in rows]
     return "\n".join(out)
 
 
@@ -186,7 +186,7 @@ def render(report, model: str) -> str:
         lines.append(f"note: {report.note}")
     if not report.findings:
         lines.append("no findings: the parser should accept every node")
-        return "\n".join(lines)
+        return "\n".join(map(visible, lines))
     for f, like in grouped(report.as_dict()["findings"], ("severity", "op", "message", "error_text", "remedy")):
         where = f"{f['node']} ({f['op']})" if f["node"] else "(model)"
         lines.append(f"{f['severity'].upper():8}  {where}: {f['message']}")
@@ -197,6 +197,7 @@ def render(report, model: str) -> str:
         if f["error_text"]:
             lines.append(f"          TensorRT: {f['error_text']}")
         lines.append(f"          fix: {f['remedy']}")
+    lines = [visible(line) for line in lines]  # node names are free text: ESC, BEL, CR and newlines as escapes
     blocking = sum(f.severity == BLOCKING for f in report.findings)
     fixable = sum(f.severity == BLOCKING and f.fix_pass is not None for f in report.findings)
     fix = f"{fixable} fixable by graphfix passes: graphfix IN OUT --passes auto --trt {report.requested}" if fixable else "none fixable by graphfix passes"

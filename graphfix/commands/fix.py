@@ -11,7 +11,7 @@ from pathlib import Path
 from graphfix import atomic, options, paths
 from graphfix import report as report_mod
 from graphfix.api import FixResult, fix, write_report_files
-from graphfix.errors import GraphfixError
+from graphfix.errors import GraphfixError, visible
 from graphfix.model_io import Assembled, first_line, save_model
 from graphfix.report import ERROR, ROLLED_BACK
 from graphfix.trt import engine as trt_engine
@@ -315,12 +315,12 @@ def _print(result: FixResult, args: argparse.Namespace) -> None:
             left = [f for f in after["findings"] if f["severity"] == "blocking"]
             print(f"TensorRT {after['version_used']}: {sum(f['severity'] == 'blocking' for f in before['findings'])} blocking finding(s) before, {len(left)} after")
             for f, like in report_mod.grouped(left, ("op", "message", "remedy")):
-                print(f"  {f['node'] or '(model)'} ({f['op'] or '-'}): {f['message']} -> {f['remedy']}{report_mod.in_parens(like)}")
+                print(visible(f"  {f['node'] or '(model)'} ({f['op'] or '-'}): {f['message']} -> {f['remedy']}{report_mod.in_parens(like)}"))
         engine = result.report.engine or {}
         for tool, line in engine.get("commands", {}).items():
-            print(f"{tool}: {line}")
+            print(visible(f"{tool}: {line}"))
         if "passed" in engine:
             print(f"TensorRT vs onnxruntime: {'match' if engine['passed'] else 'MISMATCH'} (max abs {engine['max_abs']:.3g}), engine {engine['engine']}")
         print(f"wrote {args.output}", file=sys.stderr)
     for line in blocked_summary(result.report):  # with --quiet too: the exit code needs its reason
-        print(line, file=sys.stderr)
+        print(visible(line), file=sys.stderr)
