@@ -128,7 +128,7 @@ def table(report: Report) -> str:
         for out, d in p.outputs.items():  # every mismatching output gets its own line
             if not d["passed"]:
                 rows.append(["", "", "", "", _num(d["max_abs"]), _num(d["max_rel"]), out, "MISMATCH", ""])
-    rows = [[visible(c) for c in r] for r in rows]  # names are free text: no escape sequence reaches the terminal
+    rows = [[visible(cut(c, MAX_NAME)) for c in r] for r in rows]  # names are free text: no escape sequence reaches the terminal
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     fmt = "  ".join(f"{{:{'<' if i in (0, 6, 7) else '>'}{w}}}" for i, w in enumerate(widths))
     lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
@@ -148,7 +148,7 @@ def table(report: Report) -> str:
     if report.notes:
         notes += report.notes
     if notes:
-        lines += ["", *(visible(n) for n in notes)]
+        lines += ["", *(visible(cut(n, 4 * MAX_TEXT)) for n in notes)]
     verified = "verification off" if not report.settings.get("verify", True) else f"{report.sessions} onnxruntime session(s)"
     lines += ["", f"{len(report.passes)} pass(es), {verified}, {report.seconds:.2f}s; status: {report.status}"]
     return "\n".join(lines)
