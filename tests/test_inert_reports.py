@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 from html.parser import HTMLParser
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -17,8 +16,8 @@ import pytest
 from node_projects import installed, run_json
 from onnx import TensorProto, helper, numpy_helper
 
-from graphfix.cli import main
 from graphfix import report as report_mod
+from graphfix.cli import main
 
 LONG = "L" * 100_000
 #: One of each way a name could become markup, a line break, a terminal command or a huge page.
