@@ -87,8 +87,35 @@ def _rows(models: list[str], versions: list[str], jobs: int) -> list[dict[str, A
     import multiprocessing
 
     # spawn: a forked child would inherit the parent's signal handlers and onnxruntime's threads
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(readiness, models, [versions] * len(models)))
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(models)), mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_leave_signals_to_the_parent)
+    try:
+        futures = [pool.submit(readiness, m, versions) for m in models]
+        return [f.result() for f in futures]
+    except BaseException:
+        _stop(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _leave_signals_to_the_parent() -> None:
+    """A worker ignores SIGINT/SIGTERM: Ctrl-C and ``kill -TERM -PGID`` reach the whole process
+    group, and a worker dying of them mid-task made the pool's own thread print a traceback; the
+    parent gets the same signal, stops the workers (_stop) and exits 130/143."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """The workers killed and the pool shut down before the run ends on a signal or an error:
+    its queues and their semaphores are released (with a worker left running, ``os._exit``
+    left them to the resource tracker, which warned of leaked semaphores)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.kill()
+    pool.shutdown(wait=True)
 
 
 def readiness(model_path: str, versions: list[str]) -> dict[str, Any]:
