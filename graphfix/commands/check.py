@@ -20,8 +20,8 @@ from typing import Any
 from graphfix.errors import GraphfixError, visible
 from graphfix.model_io import load_model
 from graphfix.options import check_jobs
-from graphfix.report import MAX_TEXT, group_by, grouped, md_code, md_text
-from graphfix.trt.check import BLOCKING, check_model
+from graphfix.report import MAX_TEXT, _more_like, md_code, md_text
+from graphfix.trt.check import BLOCKING, check_model, data_source_lines, finding_groups
 from graphfix.trt.support import resolve
 
 CLEAN, FIXABLE, BLOCKED, ERROR = "clean", "fixable", "blocked", "error"
@@ -138,7 +138,7 @@ def readiness(model_path: str, versions: list[str]) -> dict[str, Any]:
                 left = [f for f in report.trt["after"]["findings"] if f["severity"] == BLOCKING]
                 row["releases"][v] = {"status": BLOCKED if left else FIXABLE,
                                       "passes": [p.name for p in report.passes if p.rewritten],
-                                      "blocked": [_why(same) for same in group_by(left, ("op", "message"))]}
+                                      "blocked": [_why(same) for same in finding_groups(left)]}
         except GraphfixError as exc:
             row["error"] = str(exc)
     return row
@@ -146,6 +146,10 @@ def readiness(model_path: str, versions: list[str]) -> dict[str, Any]:
 
 def _why(same: list[dict[str, Any]]) -> str:
     f = same[0]
+    if f.get("shape_input") is not None and f["path"] and not f["fix_pass"]:  # data-dependent sizes: one line per source
+        head, _ = data_source_lines(same)
+        ops = "+".join(dict.fromkeys(g["op"] for g in same))
+        return f"{ops} {head}" + (f"; upstream: {f['upstream']}" if f.get("upstream") else "")
     where = f"{f['op']} {f['node']}" if f["node"] else "the model"
     return f"{where}{f' (+{len(same) - 1} more)' if len(same) > 1 else ''}: {f['message']}"
 
@@ -214,9 +218,17 @@ def render(report, model: str) -> str:
     if not report.findings:
         lines.append("no findings: the parser should accept every node")
         return "\n".join(map(visible, lines))
-    for f, like in grouped(report.as_dict()["findings"], ("severity", "op", "message", "error_text", "remedy")):
+    for same in finding_groups(report.as_dict()["findings"]):
+        f = same[0]
+        if f.get("shape_input") is not None and f["path"] and not f["fix_pass"]:  # one source of data-dependent sizes
+            head, more = data_source_lines(same)
+            lines += [f"{f['severity'].upper():8}  {head}", *more]
+            if f["error_text"]:
+                lines.append(f"          TensorRT: {f['error_text']}")
+            continue
         where = f"{f['node']} ({f['op']})" if f["node"] else "(model)"
         lines.append(f"{f['severity'].upper():8}  {where}: {f['message']}")
+        like = _more_like(same)
         if like:
             lines.append(f"          {like}; --json lists every node")
         if f["path"]:

@@ -16,6 +16,7 @@ from graphfix.model_io import Assembled, first_line, save_model
 from graphfix.report import ERROR, ROLLED_BACK
 from graphfix.trt import engine as trt_engine
 from graphfix.trt import support as trt_support
+from graphfix.trt.check import data_source_lines, finding_groups
 from graphfix.trt.engine import command_lines, covering_profile, parse_profile_shapes
 from graphfix.verify import parse_input_shapes, parse_shape_sets, parse_val_ranges
 
@@ -314,8 +315,14 @@ def _print(result: FixResult, args: argparse.Namespace) -> None:
             before, after = result.report.trt["before"], result.report.trt["after"]
             left = [f for f in after["findings"] if f["severity"] == "blocking"]
             print(f"TensorRT {after['version_used']}: {sum(f['severity'] == 'blocking' for f in before['findings'])} blocking finding(s) before, {len(left)} after")
-            for f, like in report_mod.grouped(left, ("op", "message", "remedy")):
-                print(visible(f"  {f['node'] or '(model)'} ({f['op'] or '-'}): {f['message']} -> {f['remedy']}{report_mod.in_parens(like)}"))
+            for same in finding_groups(left):
+                f = same[0]
+                if f.get("shape_input") is not None and f["path"] and not f["fix_pass"]:  # one data source, a few lines
+                    head, more = data_source_lines(same, "    ")
+                    print("\n".join(visible(line) for line in [f"  {head}", *more]))
+                    continue
+                like = report_mod.in_parens(report_mod._more_like(same))
+                print(visible(f"  {f['node'] or '(model)'} ({f['op'] or '-'}): {f['message']} -> {f['remedy']}{like}"))
         engine = result.report.engine or {}
         for tool, line in engine.get("commands", {}).items():
             print(visible(f"{tool}: {line}"))
