@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from graphfix import __version__
 from graphfix.atomic import Terminated, deferred_signals, first_line, signal_raised, signals_as_exceptions
 from graphfix.commands import COMMANDS
-from graphfix.errors import GraphfixError, visible
+from graphfix.errors import GraphfixError, cut, visible
 
 #: Exit codes: 0 done, 1 --strict failure / check found blocking nodes, 2 bad input,
 #: 3 a bug in graphfix (one line; --verbose shows the traceback), 4 written but the --trt target
@@ -38,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse's errors as graphfix's one line (usage stays in --help)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise GraphfixError(f"{message} (see '{self.prog} --help')")
+        raise GraphfixError(f"{cut(message, 300)} (see '{self.prog} --help')")  # a 5000-digit value stays one short line
 
 
 def build_parser() -> argparse.ArgumentParser:

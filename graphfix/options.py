@@ -49,9 +49,9 @@ def check_settings(*, passes: Any = "all", iterations: int = 1, seed: int = 1, a
     elif not list(passes):
         raise GraphfixError("--passes is an empty list: use 'all', 'auto' or name the passes")
     if not isinstance(iterations, int) or isinstance(iterations, bool) or not 1 <= iterations <= MAX_ITERATIONS:
-        raise GraphfixError(f"--iterations {iterations}: must be a whole number in 1..{MAX_ITERATIONS}")
+        raise GraphfixError(f"--iterations {_shown(iterations)}: must be a whole number in 1..{MAX_ITERATIONS}")
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
-        raise GraphfixError(f"--seed {seed}: must be a whole number in 0..{2**32 - 1}")
+        raise GraphfixError(f"--seed {_shown(seed)}: must be a whole number in 0..{2**32 - 1}")
     for name, value in (("--atol", atol), ("--rtol", rtol)):
         if value is None:  # automatic: graphfix.verify.DEFAULT_TOLERANCE and the model's noise floor
             continue
@@ -69,15 +69,20 @@ def check_dims(option: str, shape_sets: Sequence[Mapping[str, Sequence[int]]]) -
         for name, dims in shapes.items():
             for d in dims:
                 if not isinstance(d, int | np.integer) or isinstance(d, bool) or not 0 <= d <= MAX_DIM:
-                    shown = str(d) if len(str(d)) <= 24 else f"{str(d)[:12]}…({len(str(d))} digits)"
-                    raise GraphfixError(f"{option} {name}: dim {shown} is out of range; a dim is a whole number in 0..{MAX_DIM} "
+                    raise GraphfixError(f"{option} {name}: dim {_shown(d)} is out of range; a dim is a whole number in 0..{MAX_DIM} "
                                         "(TensorRT's dims are int32)")
+
+
+def _shown(value: object) -> str:
+    """A number as typed, its first digits and length when it is long (a 400-digit dim)."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}…({len(text)} digits)"
 
 
 def check_jobs(jobs: int) -> None:
     """``check --jobs N``: each job is a process holding a model; a huge N is refused, not tried."""
     if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= MAX_JOBS:
-        raise GraphfixError(f"--jobs {jobs}: must be a whole number in 1..{MAX_JOBS}")
+        raise GraphfixError(f"--jobs {_shown(jobs)}: must be a whole number in 1..{MAX_JOBS}")
 
 
 def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
