@@ -56,6 +56,8 @@ def _one_line_refusal(args: list, capfd, *expect: str) -> str:
     (["--iterations", "5000"], "1..1000"),
     (["--iterations", "99999999999999999999"], "1..1000"),
     (["--trt", "8." + "9" * 5000], "9 digits"),
+    (["--seed", "9" * 40], "0..4294967295"),
+    (["--seed", "9" * 5000], "--seed"),
 ])
 def test_fix_numbers_out_of_range_are_refused_with_the_limit(args, limit, src, tmp_path, capfd):
     line = _one_line_refusal([src, tmp_path / "out.onnx", *args], capfd, limit)
