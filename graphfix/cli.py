@@ -164,9 +164,12 @@ def _paced_stdout(wanted: bool) -> Iterator[_Paced]:
     does; written in one go, the whole text could fit in the pipe and exit 0 or 141 by chance."""
     paced = _Paced()
     try:
+        import fcntl  # noqa: F401 - POSIX only: elsewhere the output goes out as it is printed
+        import select
+
         fd = sys.stdout.fileno()
-        pipe = wanted and stat.S_ISFIFO(os.fstat(fd).st_mode)
-    except (AttributeError, OSError, ValueError):  # captured by a test, closed, not a file
+        pipe = wanted and hasattr(select, "poll") and stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except (AttributeError, ImportError, OSError, ValueError):  # captured by a test, closed, not a file
         pipe = False
     if not pipe:
         yield paced
