@@ -21,7 +21,7 @@ from graphfix.errors import GraphfixError, visible
 from graphfix.model_io import load_model
 from graphfix.options import check_jobs
 from graphfix.report import MAX_TEXT, _more_like, md_code, md_text
-from graphfix.trt.check import BLOCKING, check_model, data_source_lines, finding_groups
+from graphfix.trt.check import BLOCKING, check_model, data_source_lines, finding_groups, from_data
 from graphfix.trt.support import resolve
 
 CLEAN, FIXABLE, BLOCKED, ERROR = "clean", "fixable", "blocked", "error"
@@ -146,7 +146,7 @@ def readiness(model_path: str, versions: list[str]) -> dict[str, Any]:
 
 def _why(same: list[dict[str, Any]]) -> str:
     f = same[0]
-    if f.get("shape_input") is not None and f["path"] and not f["fix_pass"]:  # data-dependent sizes: one line per source
+    if from_data(f):  # data-dependent sizes: one line per source
         head, _ = data_source_lines(same)
         ops = "+".join(dict.fromkeys(g["op"] for g in same))
         return f"{ops} {head}" + (f"; upstream: {f['upstream']}" if f.get("upstream") else "")
@@ -220,7 +220,7 @@ def render(report, model: str) -> str:
         return "\n".join(map(visible, lines))
     for same in finding_groups(report.as_dict()["findings"]):
         f = same[0]
-        if f.get("shape_input") is not None and f["path"] and not f["fix_pass"]:  # one source of data-dependent sizes
+        if from_data(f):  # one source of data-dependent sizes
             head, more = data_source_lines(same)
             lines += [f"{f['severity'].upper():8}  {head}", *more]
             if f["error_text"]:

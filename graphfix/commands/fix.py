@@ -16,7 +16,7 @@ from graphfix.model_io import Assembled, first_line, save_model
 from graphfix.report import ERROR, ROLLED_BACK
 from graphfix.trt import engine as trt_engine
 from graphfix.trt import support as trt_support
-from graphfix.trt.check import data_source_lines, finding_groups
+from graphfix.trt.check import data_source_lines, finding_groups, from_data
 from graphfix.trt.engine import command_lines, covering_profile, parse_profile_shapes
 from graphfix.verify import parse_input_shapes, parse_shape_sets, parse_val_ranges
 
@@ -317,7 +317,7 @@ def _print(result: FixResult, args: argparse.Namespace) -> None:
             print(f"TensorRT {after['version_used']}: {sum(f['severity'] == 'blocking' for f in before['findings'])} blocking finding(s) before, {len(left)} after")
             for same in finding_groups(left):
                 f = same[0]
-                if f.get("shape_input") is not None and f["path"] and not f["fix_pass"]:  # one data source, a few lines
+                if from_data(f):  # one data source, a few lines
                     head, more = data_source_lines(same, "    ")
                     print("\n".join(visible(line) for line in [f"  {head}", *more]))
                     continue

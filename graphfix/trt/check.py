@@ -283,13 +283,18 @@ def _shape_tensor_findings(node: gs.Node, origins: ValueOrigins) -> Iterator[Che
         yield finding
 
 
+def from_data(f: dict[str, Any]) -> bool:
+    """A finding about a shape tensor computed from data that no pass rewrites (grouped by source)."""
+    return f.get("shape_input") is not None and bool(f.get("path")) and not f.get("fix_pass")
+
+
 def finding_groups(findings: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Findings as a person reads them: the same finding on many nodes once, and the shape
     tensors computed from one data source (a detector's box coordinates feed a dozen Resize,
     Slice and ConstantOfShape inputs) as one group per source node."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for f in findings:
-        if f.get("shape_input") is not None and f.get("path") and not f.get("fix_pass"):
+        if from_data(f):
             key: tuple = ("data", f["severity"], f["path"][0], f["error_text"], f["remedy"])
         else:
             key = tuple(f.get(k) for k in ("severity", "op", "message", "error_text", "remedy"))
