@@ -209,8 +209,9 @@ MAX_DIAGRAMS, DIAGRAMS_PER_KIND, MAX_ROWS = 20, 3, 50
 #: of one message; the JSON report has them whole (a 100,000-character name is a 100 KB line).
 MAX_NAME, MAX_TEXT = 160, 1000
 #: Markdown characters that start markup inline: code spans, emphasis, links, raw HTML, entities,
-#: table cells, strikethrough, math. Each is written backslash-escaped, so it shows as itself.
-_MD_SPECIAL = frozenset("\\`*_[]<>&|~$")
+#: table cells, strikethrough, math. Each is written backslash-escaped, so it shows as itself
+#: (``>`` starts nothing inside a line, and model text never starts one).
+_MD_SPECIAL = frozenset("\\`*_[]<&|~$")
 
 
 def md_text(text: object, limit: int = MAX_TEXT) -> str:
