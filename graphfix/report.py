@@ -310,13 +310,33 @@ def _drawn(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return picked
 
 
+def trt_groups(findings: list[dict[str, Any]]) -> list[tuple[list[dict[str, Any]], list[str] | None]]:
+    """TensorRT findings as the reports group them: the same finding on many nodes together, and
+    the shape tensors computed from one data source as one group (graphfix.trt.check.finding_groups),
+    each such group with its headline and "read by …" and "path: …" lines (None for the others)."""
+    from graphfix.trt.check import data_source_lines, finding_groups, from_data
+
+    out: list[tuple[list[dict[str, Any]], list[str] | None]] = []
+    for same in finding_groups(findings):
+        if from_data(same[0]):
+            head, lines = data_source_lines(same, "")
+            out.append((same, [head, *lines[:2]]))
+        else:
+            out.append((same, None))
+    return out
+
+
 def _trt_table(check: dict[str, Any]) -> list[str]:
     """One TensorRT check as a table of distinct findings, with how many nodes each covers."""
     if not check["findings"]:
         return ["no findings"]
     rows = []
-    for same in group_by(check["findings"], ("severity", "op", "message", "remedy")):
+    for same, data in trt_groups(check["findings"]):
         f = same[0]
+        if data is not None:  # shape tensors computed from one data source: one row, the source as "where"
+            rows.append([md_text(f["severity"]), md_text("+".join(dict.fromkeys(g["op"] for g in same))), str(len(same)),
+                         md_code(f["path"][0]), md_text("; ".join(data)), md_text(f.get("remedy") or "-")])
+            continue
         where = f"{md_code(f['node'])}{in_parens(_more_like(same, md_code))}" if f["node"] else "-"
         rows.append([md_text(f["severity"]), md_text(f["op"] or "(model)"), str(len(same)), where, md_text(f["message"]),
                      md_text(f.get("remedy") or "-")])

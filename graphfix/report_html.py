@@ -29,10 +29,10 @@ from graphfix.report import (
     _drawn,
     _num,
     discrete_lines,
-    group_by,
     grouped,
     node_parts,
     rewrite_groups,
+    trt_groups,
 )
 
 
@@ -330,8 +330,14 @@ def _rewrites_section(report: Report) -> list[str]:
 
 def _trt_rows(check: dict[str, Any]) -> list[list[str]]:
     rows = []
-    for same in group_by(check["findings"], ("severity", "op", "message", "remedy")):
+    for same, data in trt_groups(check["findings"]):
         f = same[0]
+        if data is not None:  # shape tensors computed from one data source: one row
+            rows.append([_verdict("blocking") if f["severity"] == "blocking" else esc(f["severity"]),
+                         esc("+".join(dict.fromkeys(g["op"] for g in same))), str(len(same)), _code(f["path"][0]),
+                         "<br>".join(esc(line) for line in data) + (f"<br><q>{esc(f['error_text'])}</q>" if f.get("error_text") else ""),
+                         esc(f.get("remedy") or "-")])
+            continue
         others = [g["node"] or "(model)" for g in same[1:]]
         where = (_code(f["node"]) + (f" and {len(others)} more: " + ", ".join(_code(o) for o in others[:NAMED])
                                      + (" …" if len(others) > NAMED else "") if others else "")) if f["node"] else "-"

@@ -56,8 +56,13 @@ def test_check_prints_one_short_group_per_data_source(capsys):
 
 
 def test_fix_summary_says_it_in_a_few_lines(tmp_path, capsys):
-    assert main([str(MASKRCNN), str(tmp_path / "out.onnx"), "--passes", "auto", "--trt", "8.5", "--no-verify"]) == 4
+    assert main([str(MASKRCNN), str(tmp_path / "out.onnx"), "--passes", "auto", "--trt", "8.5", "--no-verify",
+                 "--report", str(tmp_path / "r.md"), "--report", str(tmp_path / "r.html")]) == 4
     out = capsys.readouterr().out
+    after = (tmp_path / "r.md").read_text().split("### after")[1]
+    rows = [line for line in after.splitlines() if "shape tensor" in line]
+    assert len(rows) == 1 and "mask pasting" in rows[0] and "nodes)" in rows[0], rows  # one row per data source
+    assert (tmp_path / "r.html").read_text().count("shape tensor(s) computed from data") == 2  # before and after
     after = out.split("TensorRT 8.5:")[1].splitlines()[1:]
     assert 1 <= len([line for line in after if line.startswith("  ") and not line.startswith("    ")]) <= 2, after
     assert len(after) <= 8 and max(len(line) for line in after) < 400, after
