@@ -133,6 +133,8 @@ def fix(
     """
     options.check_settings(passes=passes, iterations=iterations, seed=seed, atol=atol, rtol=rtol, val_range=val_range,
                            max_memory=max_memory)
+    for option, given in (("--input-shapes", input_shapes), ("--fix-shapes", fix_shapes), ("--trt-*-shapes", list(profile_shapes))):
+        options.check_dims(option, [s for s in ([given] if isinstance(given, dict) else list(given or []))])
     source = None if isinstance(model, onnx.ModelProto) else str(model)
     inputs_file = None if inputs is None or isinstance(inputs, list | tuple) else str(inputs)
     paths.plan_fix(source, output, load_inputs=inputs_file)
@@ -142,7 +144,8 @@ def fix(
         check_graph(model, "<model>")
     else:
         model = load_model(model)
-    inputs = _check_inputs(model, inputs, inputs_file, verify, input_shapes, iterations, source)
+    inputs = _check_inputs(model, inputs, inputs_file, verify, [*_shape_sets(input_shapes), *_shape_sets(fix_shapes)],
+                           iterations, source)
     settings = pipeline.Settings(
         passes=passes if isinstance(passes, str) else tuple(passes), skip=tuple(skip), trt=trt,
         force=tuple(force), verify=verify, verify_each=verify_each, strict=strict, atol=atol, rtol=rtol, seed=seed,

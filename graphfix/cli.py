@@ -15,15 +15,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
 import os
 import signal
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 
 from graphfix import __version__
 from graphfix.atomic import Terminated, deferred_signals, first_line, signal_raised, signals_as_exceptions
 from graphfix.commands import COMMANDS
-from graphfix.errors import GraphfixError
+from graphfix.errors import GraphfixError, cut, visible
 
 #: Exit codes: 0 done, 1 --strict failure / check found blocking nodes, 2 bad input,
 #: 3 a bug in graphfix (one line; --verbose shows the traceback), 4 written but the --trt target
@@ -36,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse's errors as graphfix's one line (usage stays in --help)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise GraphfixError(f"{message} (see '{self.prog} --help')")
+        raise GraphfixError(f"{cut(message, 300)} (see '{self.prog} --help')")  # a 5000-digit value stays one short line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,7 +121,7 @@ def discard_stdout() -> None:
 
 def _say(line: str, code: int) -> int:
     """One line, whatever the message quotes (a tensor name may hold a newline or an escape)."""
-    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+    line = visible(line)
     with contextlib.suppress(OSError):
         print(line, file=sys.stderr)
     return code
@@ -135,10 +137,101 @@ def _main(args_list: list[str], verbose: bool) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    if args.verbose:
-        return int(args._module.run(args))
-    with quiet_libraries():
-        return int(args._module.run(args))
+    with _paced_stdout(args.command != "fix") as paced:  # fix keeps its own code: its files are written
+        if args.verbose:
+            code = int(args._module.run(args))
+        else:
+            with quiet_libraries():
+                code = int(args._module.run(args))
+    return EXIT_BROKEN_PIPE if paced.reader_left else code
+
+
+class _Paced:
+    reader_left = False
+
+
+#: How long graphfix waits for a pipe's reader to take what was written before ending anyway
+#: (``Popen(...).wait()`` before reading must not hang).
+_DRAIN_SECONDS = 2.0
+
+
+@contextlib.contextmanager
+def _paced_stdout(wanted: bool) -> Iterator[_Paced]:
+    """Standard output to a pipe, written as ``yes | head -1`` would see it: the first line, then
+    (once the reader has taken it) the rest, then a wait until the reader has taken that too or
+    closed its end. A reader that stops early (``graphfix passes | head -1``) has then always
+    closed the pipe on unread output, and the run ends with 141 as a process killed by SIGPIPE
+    does; written in one go, the whole text could fit in the pipe and exit 0 or 141 by chance."""
+    paced = _Paced()
+    try:
+        import fcntl  # noqa: F401 - POSIX only: elsewhere the output goes out as it is printed
+        import select
+
+        fd = sys.stdout.fileno()
+        pipe = wanted and hasattr(select, "poll") and stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except (AttributeError, ImportError, OSError, ValueError):  # captured by a test, closed, not a file
+        pipe = False
+    if not pipe:
+        yield paced
+        return
+    real, encoding, errors = sys.stdout, sys.stdout.encoding, sys.stdout.errors
+    real.flush()
+    sys.stdout = io.StringIO()
+    try:
+        yield paced
+    except BaseException:  # what was printed before the error still goes out, unpaced
+        text, sys.stdout = sys.stdout.getvalue(), real
+        with contextlib.suppress(OSError):
+            real.write(text)
+            real.flush()
+        raise
+    text, sys.stdout = sys.stdout.getvalue(), real
+    data = text.encode(encoding, errors or "strict")
+    first = data[: data.find(b"\n") + 1] or data
+    for part in (first, data[len(first):]):
+        if part and not _write_all(fd, part):
+            paced.reader_left = True
+            discard_stdout()
+            return
+    paced.reader_left = _drain(fd) is False
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    """``data`` into the pipe once its reader has taken what came before; False when the
+    reader is gone."""
+    if _drain(fd) is False:
+        return False
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except BrokenPipeError:
+        return False
+    return True
+
+
+def _drain(fd: int) -> bool | None:
+    """True once the reader has read everything in the pipe, False when it closed its end
+    first, None when it is still reading after _DRAIN_SECONDS."""
+    import array
+    import fcntl
+    import select
+    import termios
+    import time
+
+    poll = select.poll()
+    poll.register(fd, select.POLLERR)
+    unread = array.array("i", [0])
+    deadline = time.monotonic() + _DRAIN_SECONDS
+    while time.monotonic() < deadline:
+        if poll.poll(0):
+            return False
+        fcntl.ioctl(fd, termios.FIONREAD, unread)
+        if unread[0] == 0:
+            return True
+        if poll.poll(10):
+            return False
+    return None
 
 
 def _preload() -> None:

@@ -19,6 +19,12 @@ from graphfix.errors import GraphfixError
 
 #: Random inputs graphfix generates (all iterations together) are at most this many bytes.
 MAX_FEED_BYTES = 2**31
+#: Random input sets (``--iterations``) and worker processes (``check --jobs``) graphfix accepts:
+#: beyond these a run is a typo, not a plan (each iteration is one more onnxruntime run per check).
+MAX_ITERATIONS, MAX_JOBS = 1000, 256
+#: The largest dim graphfix takes in a shape (--input-shapes, --fix-shapes, --trt-*-shapes):
+#: TensorRT's dims are int32, and a bigger one fails late (a protobuf or onnxruntime overflow).
+MAX_DIM = 2**31 - 1
 #: Element types verification can feed and compare: numpy's own numeric types (onnxruntime runs
 #: them; polygraphy generates them). Everything else needs --no-verify.
 FEEDABLE = frozenset({
@@ -65,10 +71,10 @@ def check_settings(*, passes: Any = "all", iterations: int = 1, seed: int = 1, a
             raise GraphfixError(f"--passes {passes!r} names no pass: use 'all', 'auto' or a comma-separated list (graphfix passes lists them)")
     elif not list(passes):
         raise GraphfixError("--passes is an empty list: use 'all', 'auto' or name the passes")
-    if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
-        raise GraphfixError(f"--iterations {iterations}: must be a whole number >= 1")
+    if not isinstance(iterations, int) or isinstance(iterations, bool) or not 1 <= iterations <= MAX_ITERATIONS:
+        raise GraphfixError(f"--iterations {_shown(iterations)}: must be a whole number in 1..{MAX_ITERATIONS}")
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
-        raise GraphfixError(f"--seed {seed}: must be a whole number in 0..{2**32 - 1}")
+        raise GraphfixError(f"--seed {_shown(seed)}: must be a whole number in 0..{2**32 - 1}")
     for name, value in (("--atol", atol), ("--rtol", rtol)):
         if value is None:  # automatic: graphfix.verify.DEFAULT_TOLERANCE and the model's noise floor
             continue
@@ -78,6 +84,28 @@ def check_settings(*, passes: Any = "all", iterations: int = 1, seed: int = 1, a
             ok = False
         if not ok:
             raise GraphfixError(f"{name} {value}: must be a finite number >= 0 (NaN or inf would switch verification off)")
+
+
+def check_dims(option: str, shape_sets: Sequence[Mapping[str, Sequence[int]]]) -> None:
+    """Every dim of every shape given in ``option`` is a whole number in 0..MAX_DIM."""
+    for shapes in shape_sets:
+        for name, dims in shapes.items():
+            for d in dims:
+                if not isinstance(d, int | np.integer) or isinstance(d, bool) or not 0 <= d <= MAX_DIM:
+                    raise GraphfixError(f"{option} {name}: dim {_shown(d)} is out of range; a dim is a whole number in 0..{MAX_DIM} "
+                                        "(TensorRT's dims are int32)")
+
+
+def _shown(value: object) -> str:
+    """A number as typed, its first digits and length when it is long (a 400-digit dim)."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}…({len(text)} digits)"
+
+
+def check_jobs(jobs: int) -> None:
+    """``check --jobs N``: each job is a process holding a model; a huge N is refused, not tried."""
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= MAX_JOBS:
+        raise GraphfixError(f"--jobs {_shown(jobs)}: must be a whole number in 1..{MAX_JOBS}")
 
 
 def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

@@ -26,6 +26,7 @@ import mmap
 import os
 import stat
 import tempfile
+import unicodedata
 import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -308,6 +309,41 @@ def _collision(w: Use, other: Use, is_write: bool) -> str:
         return f"{w.role} and {other.role} are the same file: every file graphfix writes needs its own path"
     same = "" if w.path == other.path else f" ({other.path})"
     return f"{w.role} would overwrite the {other.role}{same}; graphfix never overwrites its input"
+
+
+# ------------------------------------------------------------------------------ batches
+def batch_names(source: str | os.PathLike, out_dir: str | os.PathLike, reports: Sequence[str]) -> tuple[Path, list[Path]]:
+    """Where ``--out-dir`` puts one model: ``DIR/<file name>``, its reports ``DIR/<stem>.<report name>``."""
+    src = Path(source)
+    return Path(out_dir) / src.name, [Path(out_dir) / f"{src.stem}.{Path(r).name}" for r in reports]
+
+
+def _fold(p: Path) -> str:
+    """One key for names a case-insensitive filesystem (macOS, Windows, SMB shares) stores as one
+    file: ``model.onnx`` and ``model.ONNX``, and the composed and decomposed forms of ``é``."""
+    return unicodedata.normalize("NFC", os.path.normpath(os.path.abspath(p))).casefold()
+
+
+def check_batch(sources: Sequence[str], out_dir: str | os.PathLike, reports: Sequence[str], sidecar_files: bool = True) -> None:
+    """Before any model of a batch is read: no two files of the batch get one name (models,
+    reports, their polygraphy files; compared without case), and none lands on an input."""
+    written: dict[str, tuple[str, Path]] = {}
+    read = {key: src for src in sources for key in (_fold(Path(src)), *_identity(Path(src)))}
+    for src in sources:
+        output, named = batch_names(src, out_dir, reports)
+        files = [output, *named, *(s for r in named if sidecar_files for s in sidecars(r))]
+        for f in files:
+            key = _fold(f)
+            other = next((read[k] for k in (key, *_identity(f)) if k in read), None)
+            if other is not None:
+                raise GraphfixError(f"--out-dir: {src} would write {f}, which is the input {other}; graphfix never "
+                                    "overwrites its input")
+            if key in written:
+                first, path = written[key]
+                same = "" if path.name == f.name else " (names that differ only in case are one file on case-insensitive filesystems)"
+                raise GraphfixError(f"--out-dir: {first} and {src} would collide: both write {path if same else f}{same}; "
+                                    "rename one of the inputs")
+            written[key] = (src, f)
 
 
 # ------------------------------------------------------------------------------ the plan

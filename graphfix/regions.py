@@ -21,6 +21,7 @@ import onnx_graphsurgeon as gs
 from onnx import helper, numpy_helper
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
+from graphfix.errors import cut, visible
 from graphfix.graph.convert import all_graphs
 from graphfix.graph.edits import Edit, live_nodes
 from graphfix.model_io import Assembled
@@ -170,19 +171,24 @@ _MAX_DIAGRAM_NODES = 24
 
 
 #: Mermaid entity codes for the characters a label cannot hold literally: ``"`` ends the quoted
-#: label, ``<``/``>`` read as HTML, a leading backtick starts a Markdown string, and ``#`` starts an
-#: entity (so it is escaped first).
-_ESCAPES = {"#": "#35;", '"': "#quot;", "<": "#lt;", ">": "#gt;", "`": "#96;"}
+#: label, ``<``/``>`` read as HTML, ``&`` starts an HTML entity (``&lt;`` would show as ``<``), a
+#: leading backtick starts a Markdown string, and ``#`` starts an entity (so it is escaped first).
+_ESCAPES = {"#": "#35;", '"': "#quot;", "<": "#lt;", ">": "#gt;", "`": "#96;", "&": "#38;"}
 
 #: Mermaid node shapes by what the node is: an op, a computed tensor, a constant.
 _SHAPES = {"op": ("[", "]"), "tensor": ("([", "])"), "constant": ("[(", ")]")}
+
+
+#: Characters of a label a diagram holds (a name can be 100,000 long; the JSON has it whole in
+#: the region's node list); control characters are written as escapes, so no label breaks a line.
+_MAX_LABEL = 160
 
 
 def mermaid_node(node_id: str, text: str, shape: str = "op") -> str:
     """``id["text"]`` in the given shape, the text quoted and entity-escaped: tensor names hold
     ``/``, ``:``, ``[``, ``"`` and anything else, and one bad label fails the whole diagram."""
     opening, closing = _SHAPES[shape]
-    quoted = "".join(_ESCAPES.get(c, c) for c in text)
+    quoted = "".join(_ESCAPES.get(c, c) for c in visible(cut(text, _MAX_LABEL)))
     return f'{node_id}{opening}"{quoted}"{closing}'
 
 
@@ -248,6 +254,6 @@ def diagram_graphs(text: str) -> dict[str, DrawnGraph]:
         elif m := _EDGE_LINE.match(line):
             side.edges.append((m.group(1), m.group(2)))
         elif m := _NODE_LINE.match(line):
-            label = re.sub(r"#(quot|lt|gt|96|35);", lambda e: _UNESCAPES[e.group(0)], m.group(3))
+            label = re.sub(r"#(quot|lt|gt|96|35|38);", lambda e: _UNESCAPES[e.group(0)], m.group(3))
             side.nodes[m.group(1)] = (_KINDS[m.group(2)], label)
     return {k: v for k, v in sides.items() if v.nodes}

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from graphfix.errors import cut, visible
 from graphfix.model_io import write_atomic
 
 SCHEMA_VERSION = 2
@@ -129,6 +131,7 @@ def table(report: Report) -> str:
         for out, d in p.outputs.items():  # every mismatching output gets its own line
             if not d["passed"]:
                 rows.append(["", "", "", "", _num(d["max_abs"]), _num(d["max_rel"]), out, "MISMATCH", ""])
+    rows = [[visible(cut(c, MAX_NAME)) for c in r] for r in rows]  # names are free text: no escape sequence reaches the terminal
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     fmt = "  ".join(f"{{:{'<' if i in (0, 6, 7) else '>'}{w}}}" for i, w in enumerate(widths))
     lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
@@ -148,7 +151,7 @@ def table(report: Report) -> str:
     if report.notes:
         notes += report.notes
     if notes:
-        lines += ["", *notes]
+        lines += ["", *(visible(cut(n, 4 * MAX_TEXT)) for n in notes)]
     verified = "verification off" if not report.settings.get("verify", True) else f"{report.sessions} onnxruntime session(s)"
     lines += ["", f"{len(report.passes)} pass(es), {verified}, {report.seconds:.2f}s; status: {report.status}"]
     return "\n".join(lines)
@@ -161,8 +164,8 @@ def users_lines(users: dict[str, Any]) -> list[str]:
         return []
     bad = [k for k, d in outputs.items() if not d["passed"]]
     worst = max(outputs, key=lambda k: outputs[k]["max_abs"] if isinstance(outputs[k]["max_abs"], float) else float("inf"))
-    verdict = f"differs: {', '.join(f'`{md_cell(k)}`' for k in bad[:NAMED])}" if bad else "agrees"
-    lines = [f"- under {md_cell(users['settings'])}: {verdict} (worst `{md_cell(worst)}` max abs {_num(outputs[worst]['max_abs'])})"]
+    verdict = f"differs: {', '.join(md_code(k, cell=False) for k in bad[:NAMED])}" if bad else "agrees"
+    lines = [f"- under {md_text(users['settings'])}: {verdict} (worst {md_code(worst, cell=False)} max abs {_num(outputs[worst]['max_abs'])})"]
     if users.get("rolled_back"):
         lines.append(f"  - {users['rolled_back']} region(s) undone for a difference there only")
     return lines
@@ -203,9 +206,10 @@ def grouped(findings: list[dict], key: tuple[str, ...] = ("op", "message")) -> l
     return [(same[0], _more_like(same)) for same in group_by(findings, key)]
 
 
-def _more_like(same: list[dict]) -> str:
+def _more_like(same: list[dict], show=str) -> str:
+    """"and N more like it: a, b, …"; ``show`` writes one node name (Markdown: as a code span)."""
     others = [g.get("node") or "(model)" for g in same[1:]]
-    named = ", ".join(others[:NAMED]) + (f", … ({len(others) - NAMED} more)" if len(others) > NAMED else "")
+    named = ", ".join(show(o) for o in others[:NAMED]) + (f", … ({len(others) - NAMED} more)" if len(others) > NAMED else "")
     return f"and {len(others)} more like it: {named}" if others else ""
 
 
@@ -218,9 +222,37 @@ def in_parens(like: str) -> str:
 MAX_DIAGRAMS, DIAGRAMS_PER_KIND, MAX_ROWS = 20, 3, 50
 
 
-def md_cell(text: object) -> str:
-    """Text that stays inside one Markdown table cell."""
-    return " ".join(str(text).split()).replace("|", "\\|") or "-"
+#: Characters of one model string (a node, tensor or op name) a Markdown or HTML report shows, and
+#: of one message; the JSON report has them whole (a 100,000-character name is a 100 KB line).
+MAX_NAME, MAX_TEXT = 160, 1000
+#: Markdown characters that start markup inline: code spans, emphasis, links, raw HTML, entities,
+#: table cells, strikethrough, math. Each is written backslash-escaped, so it shows as itself
+#: (``>`` starts nothing inside a line, and model text never starts one).
+_MD_SPECIAL = frozenset("\\`*_[]<&|~$")
+
+
+def md_text(text: object, limit: int = MAX_TEXT) -> str:
+    """Model text as inert Markdown on one line: whitespace runs (newlines too) as one space,
+    control characters as their escapes, markup characters backslash-escaped (``<script>`` shows
+    as text, ``&lt;`` as itself), cut to ``limit`` characters."""
+    flat = visible(cut(" ".join(str(text).split()), limit))
+    return "".join("\\" + c if c in _MD_SPECIAL else c for c in flat) or "-"
+
+
+#: Text that stays inside one Markdown table cell (and renders as the text it is).
+md_cell = md_text
+
+
+def md_code(text: object, limit: int = MAX_NAME, cell: bool = True) -> str:
+    """A name as a Markdown code span that nothing in it can close: the fence is one backtick
+    longer than the longest run inside, control characters are escapes (no line break), and in a
+    table cell ``|`` is ``\\|`` (GFM reads that inside code spans too)."""
+    body = visible(cut(str(text), limit))
+    if not body:
+        return "(empty)"
+    fence = "`" * (max((len(r) for r in re.findall("`+", body)), default=0) + 1)
+    pad = " " if body[0] in "` " or body[-1] in "` " else ""  # a space each side is removed again by the reader
+    return f"{fence}{pad}{body.replace('|', chr(92) + '|') if cell else body}{pad}{fence}"
 
 
 def _rows(head: list[str], rows: list[list[str]], what: str) -> list[str]:
@@ -237,14 +269,32 @@ def _pass_rows(report: Report) -> list[list[str]]:
     rows = []
     for p in report.passes:
         worst = p.worst
-        rows.append([p.name, str(p.matched), str(p.rewritten), f"{p.nodes_before}→{p.nodes_after}" if p.rewritten else "-",
-                     f"`{worst[0]}`" + (f" (of {len(p.outputs)})" if len(p.outputs) > 1 else "") if worst else "-",
-                     _num(worst[1]) if worst else "-", _num(worst[2]) if worst else "-", p.verdict, f"{p.seconds:.2f}s"])
+        rows.append([md_text(p.name), str(p.matched), str(p.rewritten), f"{p.nodes_before}→{p.nodes_after}" if p.rewritten else "-",
+                     md_code(worst[0]) + (f" (of {len(p.outputs)})" if len(p.outputs) > 1 else "") if worst else "-",
+                     _num(worst[1]) if worst else "-", _num(worst[2]) if worst else "-", md_text(p.verdict), f"{p.seconds:.2f}s"])
         bad = [(k, d) for k, d in p.outputs.items() if not d["passed"]]
-        rows += [["", "", "", "", f"`{k}`", _num(d["max_abs"]), _num(d["max_rel"]), "MISMATCH", ""] for k, d in bad[:NAMED]]
+        rows += [["", "", "", "", md_code(k), _num(d["max_abs"]), _num(d["max_rel"]), "MISMATCH", ""] for k, d in bad[:NAMED]]
         if len(bad) > NAMED:
             rows.append(["", "", "", "", f"… {len(bad) - NAMED} more mismatching outputs", "", "", "", ""])
     return rows
+
+
+_NODE = re.compile(r"^(\S+) '(.*)'$", re.S)
+
+
+def node_parts(text: str) -> tuple[str, str]:
+    """("Clip", "/normalize0/Clip") from a node record's "Clip '/normalize0/Clip'"."""
+    m = _NODE.match(text)
+    return (m.group(1), m.group(2)) if m else (text, "")
+
+
+def fenced(diagram: str) -> str:
+    """A diagram inside a fenced block: its lines bounded (MAX_TEXT), control characters as
+    escapes and no line that could close the fence (labels are quoted and entity-escaped by
+    graphfix.regions; this holds for a diagram read back from an older JSON report too)."""
+    lines = [visible(cut(line, MAX_TEXT)) for line in diagram.split("\n")]
+    return "\n".join(line if not line.lstrip().startswith(("```", "~~~")) else "%% " + line.replace("`", "#96;")
+                     for line in lines)
 
 
 def rewrite_groups(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -263,7 +313,7 @@ def _worst_diff(records: list[dict[str, Any]]) -> str:
     if not diffs:
         return "-"
     value, name = max(diffs, key=lambda d: d[0])  # the first of equals
-    return f"{_num(value)} (`{name}`)"
+    return f"{_num(value)} ({md_code(name)})"
 
 
 def _drawn(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -277,65 +327,88 @@ def _drawn(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return picked
 
 
+def trt_groups(findings: list[dict[str, Any]]) -> list[tuple[list[dict[str, Any]], list[str] | None]]:
+    """TensorRT findings as the reports group them: the same finding on many nodes together, and
+    the shape tensors computed from one data source as one group (graphfix.trt.check.finding_groups),
+    each such group with its headline and "read by …" and "path: …" lines (None for the others)."""
+    from graphfix.trt.check import data_source_lines, finding_groups, from_data
+
+    out: list[tuple[list[dict[str, Any]], list[str] | None]] = []
+    for same in finding_groups(findings):
+        if from_data(same[0]):
+            head, lines = data_source_lines(same, "")
+            out.append((same, [head, *lines[:2]]))
+        else:
+            out.append((same, None))
+    return out
+
+
 def _trt_table(check: dict[str, Any]) -> list[str]:
     """One TensorRT check as a table of distinct findings, with how many nodes each covers."""
     if not check["findings"]:
         return ["no findings"]
     rows = []
-    for same in group_by(check["findings"], ("severity", "op", "message", "remedy")):
+    for same, data in trt_groups(check["findings"]):
         f = same[0]
-        where = f"`{f['node']}`{in_parens(_more_like(same))}" if f["node"] else "-"
-        rows.append([f["severity"], md_cell(f["op"] or "(model)"), str(len(same)), md_cell(where), md_cell(f["message"]),
-                     md_cell(f.get("remedy") or "-")])
+        if data is not None:  # shape tensors computed from one data source: one row, the source as "where"
+            rows.append([md_text(f["severity"]), md_text("+".join(dict.fromkeys(g["op"] for g in same))), str(len(same)),
+                         md_code(f["path"][0]), md_text("; ".join(data)), md_text(f.get("remedy") or "-")])
+            continue
+        where = f"{md_code(f['node'])}{in_parens(_more_like(same, md_code))}" if f["node"] else "-"
+        rows.append([md_text(f["severity"]), md_text(f["op"] or "(model)"), str(len(same)), where, md_text(f["message"]),
+                     md_text(f.get("remedy") or "-")])
     return _rows(["severity", "op", "nodes", "where", "finding", "remedy"], rows, "kinds of finding")
 
 
 def markdown(report: Report) -> str:
     """The report for people: grouped and bounded (MAX_DIAGRAMS, MAX_ROWS) so that a 100k-node
     run stays readable; the JSON report keeps every record."""
-    out = ["# graphfix report", "", f"- input: `{report.input}`", f"- output: `{report.output}`",
+    out = ["# graphfix report", "", f"- input: {md_code(report.input, MAX_TEXT, False)}",
+           f"- output: {md_code(report.output, MAX_TEXT, False)}",
            f"- status: **{report.status}**", f"- onnxruntime sessions: {report.sessions}", "",
            *_rows(["pass", "matched", "rewritten", "nodes", "worst output", "max abs", "max rel", "verdict", "time"],
                   _pass_rows(report), "rows")]
-    notes = [f"- **{p.name}**: {md_cell(p.reason)}" for p in report.passes if p.reason]
-    notes += [f"- **{p.name}**: {f['op']} `{f['node']}` not rewritten: {f['message']}{in_parens(like)}"
-              for p in report.passes for f, like in grouped(p.findings)]
+    notes = [f"- **{md_text(p.name)}**: {md_text(p.reason)}" for p in report.passes if p.reason]
+    notes += [f"- **{md_text(p.name)}**: {md_text(f['op'])} {md_code(f['node'], cell=False)} not rewritten: {md_text(f['message'])}"
+              + in_parens(_more_like(same, lambda n: md_code(n, cell=False)))
+              for p in report.passes for same in group_by(p.findings, ("op", "message")) for f in same[:1]]
     if notes:
         out += ["", "## Findings", "", *notes[:MAX_ROWS]]
         out += [f"- … {len(notes) - MAX_ROWS} more (every one is in the JSON report)"] if len(notes) > MAX_ROWS else []
     if report.shapes or report.inputs:
-        out += ["", "## Verification", "", f"- {report.verification or 'node by node: probe + end-to-end run'}",
-                f"- shapes: {report.shapes.get('reason', '')}"]
-        out += [f"  - `{json.dumps(s)}`" for s in report.shapes.get("shapes", [])[:NAMED]]
-        out += [f"- note: {md_cell(n)}" for n in report.notes[:MAX_ROWS]]
+        out += ["", "## Verification", "", f"- {md_text(report.verification or 'node by node: probe + end-to-end run')}",
+                f"- shapes: {md_text(report.shapes.get('reason', ''))}"]
+        out += [f"  - {md_code(json.dumps(s), MAX_TEXT, False)}" for s in report.shapes.get("shapes", [])[:NAMED]]
+        out += [f"- note: {md_text(n)}" for n in report.notes[:MAX_ROWS]]
         out += users_lines(report.users)
         if report.noise_floor:
             out += [f"- noise floor of the original model (max abs per output, accepted up to {NOISE_MULTIPLE}x end to end): "
-                    + ", ".join(f"`{md_cell(k)}` {_num(v)}" for k, v in list(report.noise_floor.items())[:NAMED])]
-        out += [f"- {md_cell(line.strip())}" for line in discrete_lines(report.discrete)[:MAX_ROWS]]
+                    + ", ".join(f"{md_code(k, cell=False)} {_num(v)}" for k, v in list(report.noise_floor.items())[:NAMED])]
+        out += [f"- {md_text(line.strip())}" for line in discrete_lines(report.discrete)[:MAX_ROWS]]
         if report.inputs:
-            out += ["", *_rows(["input", "dtype", "shape"], [[f"`{md_cell(k)}`", v["dtype"], md_cell(v["shape"])]
+            out += ["", *_rows(["input", "dtype", "shape"], [[md_code(k), md_text(v["dtype"]), md_text(v["shape"])]
                                                               for k, v in report.inputs.items()], "inputs")]
     if report.nodes:
         groups = rewrite_groups(report.nodes)
         out += ["", "## Rewrites", "", f"{len(report.nodes)} rewritten region(s) in {len(groups)} kind(s).", ""]
         out += _rows(["passes", "replaced", "regions", "verdict", "worst max abs", "nodes"], [[
-            ", ".join(g[0]["passes"]), md_cell(" + ".join(n.split(" ", 1)[0] for n in g[0]["nodes"])), str(len(g)),
-            f"**{g[0]['verdict']}**", _worst_diff(g),
-            md_cell(", ".join(n for r in g[:NAMED] for n in r["nodes"]) + (f", … {len(g) - NAMED} more" if len(g) > NAMED else "")),
+            md_text(", ".join(g[0]["passes"])), md_text(" + ".join(node_parts(n)[0] for n in g[0]["nodes"])), str(len(g)),
+            f"**{md_text(g[0]['verdict'])}**", _worst_diff(g),
+            ", ".join(f"{md_text(op)} {md_code(name)}" for r in g[:NAMED] for op, name in map(node_parts, r["nodes"])) + (f", … {len(g) - NAMED} more" if len(g) > NAMED else ""),
         ] for g in groups], "kinds of rewrite")
         drawn = _drawn(groups)
         out += ["", "## Rewritten regions", "",
                 f"{len(drawn)} of {len(report.nodes)} drawn (each kind of rewrite first); every diagram is in the JSON report."]
         for r in drawn:
-            diffs = ", ".join(f"`{k}` max abs {_num(d['max_abs'])}" for k, d in list(r["outputs"].items())[:NAMED]) or "-"
-            out += ["", f"### {', '.join(r['nodes'])} — {', '.join(r['passes'])}: **{r['verdict']}**", "",
-                    f"checked {r['checked']}; {diffs}" + (f"; rolled back: {md_cell(r['reason'])}" if r.get("reason") else ""),
-                    "", "```mermaid", r["diagram"], "```"]
+            diffs = ", ".join(f"{md_code(k, cell=False)} max abs {_num(d['max_abs'])}" for k, d in list(r["outputs"].items())[:NAMED]) or "-"
+            heading = ", ".join(f"{md_text(op)} {md_code(name, cell=False)}" for op, name in map(node_parts, r["nodes"]))
+            out += ["", f"### {heading} — {md_text(', '.join(r['passes']))}: **{md_text(r['verdict'])}**", "",
+                    f"checked {md_text(r['checked'])}; {diffs}" + (f"; rolled back: {md_text(r['reason'])}" if r.get("reason") else ""),
+                    "", "```mermaid", fenced(r["diagram"]), "```"]
     if report.trt:
         before, after = report.trt["before"], report.trt["after"]
         out += ["", f"## TensorRT {report.trt['version']} check", ""]
-        out += [f"- {n}" for n in dict.fromkeys((before.get("note"), after.get("note"))) if n]
+        out += [f"- {md_text(n)}" for n in dict.fromkeys((before.get("note"), after.get("note"))) if n]
         for title, check in (("before", before), ("after", after)):
             blocking = sum(f["severity"] == "blocking" for f in check["findings"])
             out += [f"### {title}: {blocking} blocking finding(s)", "", *_trt_table(check), ""]

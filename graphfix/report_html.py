@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import html
 import json
-import re
 from typing import Any
 
+from graphfix.errors import cut, visible
 from graphfix.regions import DrawnGraph, diagram_graphs
 from graphfix.report import (
     KEPT,
+    MAX_NAME,
     MAX_ROWS,
+    MAX_TEXT,
     NAMED,
     NOISE_MULTIPLE,
     UNCHANGED,
@@ -27,15 +29,17 @@ from graphfix.report import (
     _drawn,
     _num,
     discrete_lines,
-    group_by,
     grouped,
+    node_parts,
     rewrite_groups,
+    trt_groups,
 )
 
 
-def esc(text: object) -> str:
-    """Text as HTML/SVG character data or attribute value (quotes included)."""
-    return html.escape(str(text), quote=True)
+def esc(text: object, limit: int = MAX_TEXT) -> str:
+    """Text as HTML/SVG character data or attribute value (quotes included), cut to ``limit``
+    characters, control characters (NUL, ESC, BEL, CR) as their escapes."""
+    return html.escape(visible(cut(str(text), limit)), quote=True)
 
 
 # ------------------------------------------------------------------------------ SVG
@@ -138,7 +142,7 @@ def svg(g: DrawnGraph, uid: str, title: str) -> str:
     for n, (kind, label) in g.nodes.items():
         (x0, y0), (w, h) = pos[n], size[n]
         top, bottom = _lines(kind, label)
-        out.append(f'<g class="{kind}"><title>{esc(label)}</title>'
+        out.append(f'<g class="{kind}"><title>{esc(label, MAX_NAME)}</title>'
                    f'<rect x="{x0:.1f}" y="{y0:.1f}" width="{w:.1f}" height="{h:.1f}" {_STYLE[kind]}/>'
                    f'<text x="{x0 + _PAD:.1f}" y="{y0 + 16:.1f}" class="top">{esc(_cut(top))}</text>'
                    + (f'<text x="{x0 + _PAD:.1f}" y="{y0 + 31:.1f}" class="bottom">{esc(_cut(bottom))}</text>' if bottom else "")
@@ -158,8 +162,9 @@ def _table(head: list[str], rows: list[list[str]], what: str, cls: str = "") -> 
     return "".join(out)
 
 
-def _code(text: object) -> str:
-    return f"<code>{esc(text)}</code>"
+def _code(text: object, limit: int = MAX_NAME) -> str:
+    """A name (free text from the model), cut to ``limit`` characters: the JSON has it whole."""
+    return f"<code>{esc(text, limit)}</code>"
 
 
 def _verdict(v: str) -> str:
@@ -241,15 +246,6 @@ def _verification_section(report: Report) -> list[str]:
     return out
 
 
-_NODE = re.compile(r"^(\S+) '(.*)'$", re.S)
-
-
-def _node_parts(text: str) -> tuple[str, str]:
-    """("Clip", "/normalize0/Clip") from a node record's "Clip '/normalize0/Clip'"."""
-    m = _NODE.match(text)
-    return (m.group(1), m.group(2)) if m else (text, "")
-
-
 def _why(used: dict[str, set[str]], target: str | None) -> str:
     """Per pass, its rules that are about the ops it replaced: what each TensorRT range rejects and
     the message it prints (the registry's own declaration: graphfix/passes)."""
@@ -292,10 +288,10 @@ def _rewrites_section(report: Report) -> list[str]:
     out = ["<h2>Rewrites</h2>", f"<p>{len(report.nodes)} rewritten region(s) in {len(groups)} kind(s).</p>"]
     rows = []
     for g in groups:
-        ops = [_node_parts(n)[0] for n in g[0]["nodes"]]
+        ops = [node_parts(n)[0] for n in g[0]["nodes"]]
         diffs = [(d["max_abs"], k) for r in g for k, d in r["outputs"].items()]
         worst = max(diffs, key=lambda d: d[0]) if diffs else None
-        names = [_node_parts(n)[1] for r in g[:NAMED] for n in r["nodes"]]
+        names = [node_parts(n)[1] for r in g[:NAMED] for n in r["nodes"]]
         rows.append([esc(", ".join(g[0]["passes"])), esc(" + ".join(ops)), str(len(g)), _verdict(g[0]["verdict"]),
                      f"{_num(worst[0])} ({_code(worst[1])})" if worst else "-",
                      ", ".join(_code(n) for n in names) + (f", … {len(g) - NAMED} more" if len(g) > NAMED else "")])
@@ -303,13 +299,13 @@ def _rewrites_section(report: Report) -> list[str]:
     used: dict[str, set[str]] = {}
     for r in report.nodes:
         for p in r["passes"]:
-            used.setdefault(p, set()).update(_node_parts(n)[0] for n in r["nodes"])
+            used.setdefault(p, set()).update(node_parts(n)[0] for n in r["nodes"])
     drawn = _drawn(groups)
     out += ["<h2>Rewritten regions</h2>",
             f"<p>{len(drawn)} of {len(report.nodes)} drawn (each kind of rewrite first); every diagram is in the JSON report.</p>"]
     before = {f["node"]: f for f in (report.trt or {}).get("before", {}).get("findings", []) if f["node"]}
     for k, r in enumerate(drawn):
-        names = [_node_parts(n) for n in r["nodes"]]
+        names = [node_parts(n) for n in r["nodes"]]
         out.append(f'<section class="region" id="region-{k}"><h3>'
                    + ", ".join(f"{esc(op)} {_code(name)}" for op, name in names)
                    + f" — {esc(', '.join(r['passes']))} {_verdict(r['verdict'])}</h3>")
@@ -334,8 +330,14 @@ def _rewrites_section(report: Report) -> list[str]:
 
 def _trt_rows(check: dict[str, Any]) -> list[list[str]]:
     rows = []
-    for same in group_by(check["findings"], ("severity", "op", "message", "remedy")):
+    for same, data in trt_groups(check["findings"]):
         f = same[0]
+        if data is not None:  # shape tensors computed from one data source: one row
+            rows.append([_verdict("blocking") if f["severity"] == "blocking" else esc(f["severity"]),
+                         esc("+".join(dict.fromkeys(g["op"] for g in same))), str(len(same)), _code(f["path"][0]),
+                         "<br>".join(esc(line) for line in data) + (f"<br><q>{esc(f['error_text'])}</q>" if f.get("error_text") else ""),
+                         esc(f.get("remedy") or "-")])
+            continue
         others = [g["node"] or "(model)" for g in same[1:]]
         where = (_code(f["node"]) + (f" and {len(others)} more: " + ", ".join(_code(o) for o in others[:NAMED])
                                      + (" …" if len(others) > NAMED else "") if others else "")) if f["node"] else "-"
@@ -365,7 +367,7 @@ def _engine_section(report: Report) -> list[str]:
     if not commands:
         return []
     return ["<h2>Build and compare on a GPU box</h2>",
-            *(f"<p><b>{esc(tool)}</b></p><pre>{esc(line)}</pre>" for tool, line in commands.items())]
+            *(f"<p><b>{esc(tool)}</b></p><pre>{esc(line, 20_000)}</pre>" for tool, line in commands.items())]
 
 
 _CSS = """

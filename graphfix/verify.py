@@ -27,6 +27,7 @@ from graphfix import report as report_mod
 from graphfix.atomic import reraise_swallowed_signal
 from graphfix.errors import GraphfixError
 from graphfix.model_io import Assembled, first_line, runtime_compatible
+from graphfix.options import MAX_DIM
 
 Feeds = list[dict[str, np.ndarray]]
 #: Default value range of float inputs.
@@ -55,7 +56,13 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
             raise GraphfixError(f"bad --input-shapes entry {item!r}: expected name:1x3x224x224")
         dims = m.group("dims").strip("[]")
         sep = "x" if "x" in dims or "," not in dims else ","
-        shapes[m.group("name")] = tuple(int(d) for d in dims.split(sep) if d.strip())
+        parts = [d.strip() for d in dims.split(sep) if d.strip()]
+        big = next((d for d in parts if len(d.lstrip("0")) > len(str(MAX_DIM)) or int(d) > MAX_DIM), None)
+        if big is not None:  # checked as text first: int() of 5000 digits is itself an error
+            shown = big if len(big) <= 24 else f"{big[:12]}…({len(big)} digits)"
+            raise GraphfixError(f"shape entry {m.group('name')!r}: dim {shown} is out of range; a dim is at most {MAX_DIM} "
+                                "(TensorRT's dims are int32)")
+        shapes[m.group("name")] = tuple(int(d) for d in parts)
     return shapes
 
 

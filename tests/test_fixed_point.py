@@ -33,9 +33,17 @@ def test_second_run_changes_nothing_and_no_pass_adds_a_blocker(name, path):
         assert kept == [], trt
         assert _nodes(second.model) == _nodes(first.model), trt
         if trt is not None:
-            before = {(f.node, f.message) for f in check_model(model, trt).findings if f.severity == BLOCKING}
-            new = [f for f in first.report.blocking_left if (f["node"], f["message"]) not in before]
+            blocking = [f for f in check_model(model, trt).findings if f.severity == BLOCKING]
+            before = {(f.node, f.message) for f in blocking}
+            new = [f for f in first.report.blocking_left if (f["node"], f["message"]) not in before
+                   and not (f["error_id"] == DATA_SHAPE and f["node"] in {b.node for b in blocking})]
             assert new == [], trt
+
+
+#: A node already blocked that reads a shape tensor computed from data (no exact rewrite) may be
+#: described anew: passes on the way change where the path starts (Mask R-CNN at 7.2, whose
+#: ScatterElements and Slice axes are rewritten) or lift the finding that hid it.
+DATA_SHAPE = "layer-cannot-compute-shape-tensor"
 
 
 #: Ops whose passes need their inputs' rank (topk-constant-k, scatterelements-decompose, ...).

@@ -2,24 +2,19 @@
 node), the one GitHub, GitLab and the HTML report render with: a string comparison cannot tell
 whether mermaid accepts a label, and one bad label blanks the whole diagram.
 
-The node project is ``tests/mermaid`` (package.json, lockfile, parse.mjs). ``npm ci`` installs it
-once into a cache directory named after the hash of those files, so the README's test command
-(which ``.ci/run`` runs) needs nothing else, and a changed lockfile gets a fresh install.
+The node project is ``tests/mermaid`` (package.json, lockfile, parse.mjs), installed once by
+``tests/node_projects.py``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from node_projects import installed, run_json
 
 from graphfix.cli import main
 from graphfix.regions import mermaid_node
@@ -40,42 +35,13 @@ FIXTURES = [
 MermaidParse = Callable[[list[str]], list[str | None]]
 
 
-def _install() -> Path:
-    """tests/mermaid installed with ``npm ci`` into the user cache (built aside, then renamed in,
-    so concurrent or interrupted runs never see half an install)."""
-    digest = hashlib.sha256(b"".join((PROJECT / f).read_bytes() for f in FILES)).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "graphfix"
-    target = cache / f"mermaid-{digest}"
-    if (target / "node_modules").is_dir():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix="mermaid-", dir=cache))
-    for f in FILES:
-        shutil.copy(PROJECT / f, build / f)
-    proc = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--prefix", str(build)],
-                          capture_output=True, text=True, timeout=900)
-    if proc.returncode:
-        shutil.rmtree(build, ignore_errors=True)
-        pytest.fail(f"npm ci for tests/mermaid failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    try:
-        build.rename(target)
-    except OSError:  # another run got there first
-        shutil.rmtree(build, ignore_errors=True)
-    return target
-
-
 @pytest.fixture(scope="session")
 def mermaid_parse() -> MermaidParse:
     """Parse diagrams with mermaid; per diagram None (accepted) or mermaid's error message."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node/npm not installed (Debian: apt-get install nodejs npm); the diagrams are checked by mermaid under node")
-    project = _install()
+    project = installed("mermaid", FILES)
 
     def parse(diagrams: list[str]) -> list[str | None]:
-        proc = subprocess.run(["node", str(project / "parse.mjs")], input=json.dumps(diagrams),
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout)
+        return run_json(project / "parse.mjs", diagrams)
 
     return parse
 

@@ -62,7 +62,7 @@ def test_rewrites_grouped_rolled_back_first_and_diagrams_bounded():
     assert len(rows) == MAX_ROWS and rows[0].startswith("| pass69 | Op | 1 | **rolled-back** | 2.79e+02")
     assert f"… {71 - MAX_ROWS} more kinds of rewrite" in md
     assert len(_diagrams(md)) == MAX_DIAGRAMS and "n279[" in md
-    assert "| pass0 | Op | 4 | **kept** | 3.00e+00 (`t3`) | Op '/Op0', Op '/Op1', Op '/Op2', Op '/Op3' |" in md
+    assert "| pass0 | Op | 4 | **kept** | 3.00e+00 (`t3`) | Op `/Op0`, Op `/Op1`, Op `/Op2`, Op `/Op3` |" in md
 
 
 def test_small_run_draws_every_region_and_trt_findings_are_tables(tmp_path):
@@ -70,7 +70,7 @@ def test_small_run_draws_every_region_and_trt_findings_are_tables(tmp_path):
     assert len(_diagrams(md)) == len(data["nodes"]) == 8
     assert "```json" not in md
     assert "### before: 8 blocking finding(s)" in md and "### after: 0 blocking finding(s)" in md
-    assert "| blocking | Clip | 2 | `/normalize0/Clip` (and 1 more like it: /normalize1/Clip) |" in md
+    assert "| blocking | Clip | 2 | `/normalize0/Clip` (and 1 more like it: `/normalize1/Clip`) |" in md
 
 
 def test_table_cells_hold_any_text():

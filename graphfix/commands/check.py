@@ -17,10 +17,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from graphfix.errors import GraphfixError
+from graphfix.errors import GraphfixError, visible
 from graphfix.model_io import load_model
-from graphfix.report import group_by, grouped, md_cell
-from graphfix.trt.check import BLOCKING, check_model
+from graphfix.options import check_jobs
+from graphfix.report import MAX_TEXT, _more_like, md_code, md_text
+from graphfix.trt.check import BLOCKING, check_model, data_source_lines, finding_groups, from_data
 from graphfix.trt.support import resolve
 
 CLEAN, FIXABLE, BLOCKED, ERROR = "clean", "fixable", "blocked", "error"
@@ -43,8 +44,7 @@ def run(args: argparse.Namespace) -> int:
     versions = [v.strip() for v in args.trt.split(",") if v.strip()]
     if not versions:
         raise GraphfixError(f"--trt {args.trt!r} names no release")
-    if args.jobs < 1:
-        raise GraphfixError(f"--jobs {args.jobs}: must be a whole number >= 1")
+    check_jobs(args.jobs)
     for v in versions:
         resolve(v)  # a version typo ('86') is refused before any model is read
     if len(args.model) == 1 and len(versions) == 1 and not Path(args.model[0]).is_dir() and not (args.csv or args.md):
@@ -87,8 +87,35 @@ def _rows(models: list[str], versions: list[str], jobs: int) -> list[dict[str, A
     import multiprocessing
 
     # spawn: a forked child would inherit the parent's signal handlers and onnxruntime's threads
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(readiness, models, [versions] * len(models)))
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(models)), mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_leave_signals_to_the_parent)
+    try:
+        futures = [pool.submit(readiness, m, versions) for m in models]
+        return [f.result() for f in futures]
+    except BaseException:
+        _stop(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _leave_signals_to_the_parent() -> None:
+    """A worker ignores SIGINT/SIGTERM: Ctrl-C and ``kill -TERM -PGID`` reach the whole process
+    group, and a worker dying of them mid-task made the pool's own thread print a traceback; the
+    parent gets the same signal, stops the workers (_stop) and exits 130/143."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """The workers killed and the pool shut down before the run ends on a signal or an error:
+    its queues and their semaphores are released (with a worker left running, ``os._exit``
+    left them to the resource tracker, which warned of leaked semaphores)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.kill()
+    pool.shutdown(wait=True)
 
 
 def readiness(model_path: str, versions: list[str]) -> dict[str, Any]:
@@ -111,7 +138,7 @@ def readiness(model_path: str, versions: list[str]) -> dict[str, Any]:
                 left = [f for f in report.trt["after"]["findings"] if f["severity"] == BLOCKING]
                 row["releases"][v] = {"status": BLOCKED if left else FIXABLE,
                                       "passes": [p.name for p in report.passes if p.rewritten],
-                                      "blocked": [_why(same) for same in group_by(left, ("op", "message"))]}
+                                      "blocked": [_why(same) for same in finding_groups(left)]}
         except GraphfixError as exc:
             row["error"] = str(exc)
     return row
@@ -119,6 +146,10 @@ def readiness(model_path: str, versions: list[str]) -> dict[str, Any]:
 
 def _why(same: list[dict[str, Any]]) -> str:
     f = same[0]
+    if from_data(f):  # data-dependent sizes: one line per source
+        head, _ = data_source_lines(same)
+        ops = "+".join(dict.fromkeys(g["op"] for g in same))
+        return f"{ops} {head}" + (f"; upstream: {f['upstream']}" if f.get("upstream") else "")
     where = f"{f['op']} {f['node']}" if f["node"] else "the model"
     return f"{where}{f' (+{len(same) - 1} more)' if len(same) > 1 else ''}: {f['message']}"
 
@@ -152,7 +183,7 @@ def _lines(rows: list[dict[str, Any]], versions: list[str]) -> Iterator[list[str
 
 def to_text(rows: list[dict[str, Any]], versions: list[str]) -> str:
     """Aligned columns (blocked cells name the ops), then why each blocked cell is blocked."""
-    table = list(_lines(rows, versions))
+    table = [[visible(c) for c in t] for t in _lines(rows, versions)]  # names are free text: escapes, not control codes
     widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
     out = ["  ".join(c.ljust(w) for c, w in zip(t, widths, strict=True)).rstrip() for t in table]
     out.insert(1, "  ".join("-" * w for w in widths))
@@ -160,7 +191,7 @@ def to_text(rows: list[dict[str, Any]], versions: list[str]) -> str:
     notes += [f"{r['model']} @ {v}: {why}" for r in rows if "error" not in r for v in versions
               for why in r["releases"][v]["blocked"]]
     blocked = sum(c["status"] == BLOCKED for r in rows if "error" not in r for c in r["releases"].values())
-    out += ["", *notes] if notes else []
+    out += ["", *map(visible, notes)] if notes else []
     out += ["", f"{len(rows)} model(s) x {len(versions)} release(s): {blocked} blocked after fixing"
             + (f", {len(rows) - sum('error' not in r for r in rows)} unreadable" if any("error" in r for r in rows) else "")]
     return "\n".join(out)
@@ -170,13 +201,13 @@ def to_csv(rows: list[dict[str, Any]], versions: list[str]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["model", *versions])
-    writer.writerows([r["model"], *(cell(r, v) for v in versions)] for r in rows)
+    writer.writerows([visible(r["model"]), *(visible(cell(r, v)) for v in versions)] for r in rows)
     return buf.getvalue()
 
 
 def to_markdown(rows: list[dict[str, Any]], versions: list[str]) -> str:
-    out = ["| model | " + " | ".join(versions) + " |", "|---|" + "---|" * len(versions)]
-    out += ["| " + " | ".join([f"`{md_cell(r['model'])}`", *(md_cell(cell(r, v)) for v in versions)]) + " |" for r in rows]
+    out = ["| model | " + " | ".join(map(md_text, versions)) + " |", "|---|" + "---|" * len(versions)]
+    out += ["| " + " | ".join([md_code(r["model"], MAX_TEXT), *(md_text(cell(r, v)) for v in versions)]) + " |" for r in rows]
     return "\n".join(out)
 
 
@@ -186,10 +217,18 @@ def render(report, model: str) -> str:
         lines.append(f"note: {report.note}")
     if not report.findings:
         lines.append("no findings: the parser should accept every node")
-        return "\n".join(lines)
-    for f, like in grouped(report.as_dict()["findings"], ("severity", "op", "message", "error_text", "remedy")):
+        return "\n".join(map(visible, lines))
+    for same in finding_groups(report.as_dict()["findings"]):
+        f = same[0]
+        if from_data(f):  # one source of data-dependent sizes
+            head, more = data_source_lines(same)
+            lines += [f"{f['severity'].upper():8}  {head}", *more]
+            if f["error_text"]:
+                lines.append(f"          TensorRT: {f['error_text']}")
+            continue
         where = f"{f['node']} ({f['op']})" if f["node"] else "(model)"
         lines.append(f"{f['severity'].upper():8}  {where}: {f['message']}")
+        like = _more_like(same)
         if like:
             lines.append(f"          {like}; --json lists every node")
         if f["path"]:
@@ -197,6 +236,7 @@ def render(report, model: str) -> str:
         if f["error_text"]:
             lines.append(f"          TensorRT: {f['error_text']}")
         lines.append(f"          fix: {f['remedy']}")
+    lines = [visible(line) for line in lines]  # node names are free text: ESC, BEL, CR and newlines as escapes
     blocking = sum(f.severity == BLOCKING for f in report.findings)
     fixable = sum(f.severity == BLOCKING and f.fix_pass is not None for f in report.findings)
     fix = f"{fixable} fixable by graphfix passes: graphfix IN OUT --passes auto --trt {report.requested}" if fixable else "none fixable by graphfix passes"

@@ -11,11 +11,12 @@ from pathlib import Path
 from graphfix import atomic, options, paths
 from graphfix import report as report_mod
 from graphfix.api import FixResult, fix, write_report_files
-from graphfix.errors import GraphfixError
+from graphfix.errors import GraphfixError, visible
 from graphfix.model_io import Assembled, first_line, save_model
 from graphfix.report import ERROR, ROLLED_BACK
 from graphfix.trt import engine as trt_engine
 from graphfix.trt import support as trt_support
+from graphfix.trt.check import data_source_lines, finding_groups, from_data
 from graphfix.trt.engine import command_lines, covering_profile, parse_profile_shapes
 from graphfix.verify import parse_input_shapes, parse_shape_sets, parse_val_ranges
 
@@ -169,15 +170,12 @@ def _fix_many(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir)
     if not out_dir.is_dir():
         raise GraphfixError("--out-dir: no such directory", args.out_dir)
-    names = [Path(p).name for p in args.paths]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise GraphfixError(f"--out-dir: several inputs are named {', '.join(twice)}; their outputs would collide")
+    paths.check_batch(args.paths, out_dir, args.report, sidecar_files=not args.no_verify)
     reports, codes = list(args.report), []
     for source in args.paths:
         one = argparse.Namespace(**vars(args))
-        one.input, one.output = source, str(out_dir / Path(source).name)
-        one.report = [str(out_dir / f"{Path(source).stem}.{Path(r).name}") for r in reports]
+        output, named = paths.batch_names(source, out_dir, reports)
+        one.input, one.output, one.report = source, str(output), [str(r) for r in named]
         try:
             code = fix_one(one)
         except GraphfixError as exc:
@@ -320,13 +318,19 @@ def _print(result: FixResult, args: argparse.Namespace) -> None:
             before, after = result.report.trt["before"], result.report.trt["after"]
             left = [f for f in after["findings"] if f["severity"] == "blocking"]
             print(f"TensorRT {after['version_used']}: {sum(f['severity'] == 'blocking' for f in before['findings'])} blocking finding(s) before, {len(left)} after")
-            for f, like in report_mod.grouped(left, ("op", "message", "remedy")):
-                print(f"  {f['node'] or '(model)'} ({f['op'] or '-'}): {f['message']} -> {f['remedy']}{report_mod.in_parens(like)}")
+            for same in finding_groups(left):
+                f = same[0]
+                if from_data(f):  # one data source, a few lines
+                    head, more = data_source_lines(same, "    ")
+                    print("\n".join(visible(line) for line in [f"  {head}", *more]))
+                    continue
+                like = report_mod.in_parens(report_mod._more_like(same))
+                print(visible(f"  {f['node'] or '(model)'} ({f['op'] or '-'}): {f['message']} -> {f['remedy']}{like}"))
         engine = result.report.engine or {}
         for tool, line in engine.get("commands", {}).items():
-            print(f"{tool}: {line}")
+            print(visible(f"{tool}: {line}"))
         if "passed" in engine:
             print(f"TensorRT vs onnxruntime: {'match' if engine['passed'] else 'MISMATCH'} (max abs {engine['max_abs']:.3g}), engine {engine['engine']}")
         print(f"wrote {args.output}", file=sys.stderr)
     for line in blocked_summary(result.report):  # with --quiet too: the exit code needs its reason
-        print(line, file=sys.stderr)
+        print(visible(line), file=sys.stderr)

@@ -70,10 +70,14 @@ class CheckFinding:
     #: What the finding rests on (operator table, importer source, changelog, issue report).
     evidence: str = ""
     certain: bool = True
+    #: What to change in the model's code when no pass rewrites it (data-dependent shape tensors).
+    upstream: str = ""
+    #: For a shape tensor computed from data: which input of ``node`` reads it.
+    shape_input: int | None = None
 
     @property
     def remedy(self) -> str:
-        return self.fix_pass or "no rewrite: change the export"
+        return self.fix_pass or f"no rewrite: {self.upstream or 'change the export'}"
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields and remedy (dataclasses.asdict deep-copies: 3 s for 25k findings)."""
@@ -239,6 +243,22 @@ def _restriction_findings(node: gs.Node, release: support.Release, ctx: Context)
         yield _finding(node, BLOCKING, "p must be 1 or 2", None)
 
 
+#: A path through a learned layer from a detection op: the size comes from detected boxes.
+_DETECTION_SOURCES, _LEARNED = frozenset({"NonZero", "TopK", "NonMaxSuppression"}), frozenset({"Gemm", "MatMul", "Conv"})
+#: Paths of at most this many nodes are written whole in a finding's message; longer ones as their
+#: ends and length (a Mask R-CNN head's is 60 nodes; ``path`` and --json keep every node).
+SHORT_PATH = 4
+DETECTOR_ADVICE = ("sizes computed from detected boxes (mask pasting, RoI sizes): export the detector without mask pasting "
+                   "(return the per-box masks, paste them outside the engine), use TensorRT's ROIAlign/EfficientNMS "
+                   "plugins for the heads, or export a fixed detection count")
+
+
+def path_text(path: list[gs.Node]) -> str:
+    """``A 'a' -> B 'b'`` for a short path; ``A 'a' -> … -> Z 'z' (60 nodes)`` for a long one."""
+    named = [f"{n.op} '{n.name}'" for n in path]
+    return " -> ".join(named) if len(named) <= SHORT_PATH else f"{named[0]} -> … -> {named[-1]} ({len(named)} nodes)"
+
+
 def _shape_tensor_findings(node: gs.Node, origins: ValueOrigins) -> Iterator[CheckFinding]:
     for k in SHAPE_INPUTS.get(node.op, ()):
         if k >= len(node.inputs) or not node.inputs[k].name:
@@ -247,11 +267,61 @@ def _shape_tensor_findings(node: gs.Node, origins: ValueOrigins) -> Iterator[Che
         if origin.kind != DATA:
             continue
         path = [n.name for n in origin.path] + [node.name]
+        chain = path_text(origin.path) if origin.path else origin.describe()
         if origin.layer:
-            message = f"input {k} is a shape tensor computed from {origin.describe()}: {origin.layer} cannot compute shape tensors"
+            message = f"input {k} is a shape tensor computed from {chain}: {origin.layer} cannot compute shape tensors"
         else:
-            message = f"input {k} is a shape tensor computed from tensor data ({origin.describe()}); compute it from shapes or constants"
-        yield _finding(node, BLOCKING, message, "layer-cannot-compute-shape-tensor", None, path, prefer=origin.layer)
+            message = f"input {k} is a shape tensor computed from tensor data ({chain}); compute it from shapes or constants"
+        ops = {n.op for n in origin.path}
+        detected = bool(origin.path) and origin.path[0].op in _DETECTION_SOURCES and bool(ops & _LEARNED) \
+            or bool(ops & {"RoiAlign", "NonMaxSuppression"})
+        finding = _finding(node, BLOCKING, message, "layer-cannot-compute-shape-tensor", None, path, prefer=origin.layer)
+        finding.upstream = DETECTOR_ADVICE if detected else (
+            f"compute it from shapes or constants in the export, or run the part after {origin.path[0].op} outside the engine"
+            if origin.path else "compute it from shapes or constants in the export")
+        finding.shape_input = k
+        yield finding
+
+
+def from_data(f: dict[str, Any]) -> bool:
+    """A finding about a shape tensor computed from data that no pass rewrites (grouped by source)."""
+    return f.get("shape_input") is not None and bool(f.get("path")) and not f.get("fix_pass")
+
+
+def finding_groups(findings: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Findings as a person reads them: the same finding on many nodes once, and the shape
+    tensors computed from one data source (a detector's box coordinates feed a dozen Resize,
+    Slice and ConstantOfShape inputs) as one group per source node."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for f in findings:
+        if from_data(f):
+            key: tuple = ("data", f["severity"], f["path"][0], f["error_text"], f["remedy"])
+        else:
+            key = tuple(f.get(k) for k in ("severity", "op", "message", "error_text", "remedy"))
+        groups.setdefault(key, []).append(f)
+    return list(groups.values())
+
+
+def data_source_lines(same: list[dict[str, Any]], indent: str = "          ") -> tuple[str, list[str]]:
+    """One group of shape tensors computed from the same data: its headline and a few lines (who
+    reads them, the longest path's ends and length, what to change upstream)."""
+    f = same[0]
+    tail = f["message"].split(": ")[-1] if ": " in f["message"] else ""
+    head = (f"{len(same)} shape tensor(s) computed from data starting at '{f['path'][0]}'"
+            + (f": {tail}" if tail and "cannot" in tail else ""))
+    readers: dict[str, list[str]] = {}
+    for g in same:
+        readers.setdefault(f"{g['op']} '{g['node']}'", []).append(str(g["shape_input"]))
+    shown = [f"{r} (input{'s' if len(ks) > 1 else ''} {', '.join(ks)})" for r, ks in list(readers.items())[:3]]
+    more = f", … ({len(readers) - 3} more)" if len(readers) > 3 else ""
+    longest = max(same, key=lambda g: len(g["path"]))
+    ends = " -> ".join(longest["path"]) if len(longest["path"]) <= SHORT_PATH + 1 else \
+        f"{longest['path'][0]} -> … -> {longest['path'][-1]} ({len(longest['path'])} nodes)"
+    lines = [f"{indent}read by {', '.join(shown)}{more}",
+             f"{indent}path: {ends}; --json lists every node of every path"]
+    if f.get("upstream") and not f.get("fix_pass"):
+        lines.append(f"{indent}upstream: {f['upstream']}")
+    return head, lines
 
 
 def _type_findings(node: gs.Node, entry: support.OpSupport, release: support.Release) -> Iterator[CheckFinding]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from functools import total_ordering
 
-_VERSION = re.compile(r"^\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:\.\d+)*(?:-(EA|ea|GA|ga|ngc[\d.]+))?\s*$")
+_VERSION = re.compile(r"^\s*(\d{1,9})(?:\.(\d{1,9}))?(?:\.(\d{1,9}))?(?:\.\d{1,9})*(?:-(EA|ea|GA|ga|ngc[\d.]+))?\s*$")
 _OPS = ("<=", ">=", "==", "!=", "<", ">")
 
 
@@ -22,7 +22,8 @@ class TrtVersion:
     def __init__(self, text: str) -> None:
         m = _VERSION.match(str(text))
         if not m:
-            raise ValueError(f"not a TensorRT version: {text!r} (expected e.g. 8.6, 10.1 or 8.4.3)")
+            shown = repr(str(text)) if len(str(text)) <= 40 else f"{str(text)[:30]!r}…({len(str(text))} characters)"
+            raise ValueError(f"not a TensorRT version: {shown} (expected e.g. 8.6, 10.1 or 8.4.3; at most 9 digits a part)")
         tag = (m.group(4) or "").lower()
         rank = -1 if tag == "ea" else 1 if tag.startswith("ngc") else 0
         self.parts = (int(m.group(1)), int(m.group(2) or 0), int(m.group(3) or 0), rank)
