@@ -1,0 +1,49 @@
+"""swiglu-decompose: SwiGLU (opset 28) as ``A * Sigmoid(alpha * A) * B``, its function body.
+
+Why: ONNX added SwiGLU in opset 28 (onnx 1.23); no TensorRT parser through 11.1 lists it (their
+operator tables document opsets <= 24), so every release fails with "No importer registered for
+op: SwiGLU". An exporter or optimiser that fuses a Llama MLP's ``silu(gate_proj(x)) *
+up_proj(x)`` into it makes the whole decoder unparsable.
+
+How: the function body ``Mul(Swish_alpha(A), B)`` with Swish itself decomposed as swish-decompose
+does (``A * Sigmoid(alpha * A)``, the inner Mul left out for ``alpha`` = 1), in the inputs' float
+type. The op does not broadcast (A and B have one shape); Mul would, so a valid node keeps its
+meaning. Sigmoid and Mul have importers in every release.
+
+Verification: onnxruntime 1.32 cannot run opset-28 SwiGLU itself, so the tests compare with the
+ONNX node cases' expected outputs and a numpy reference; the pipeline verifies a model only where
+onnxruntime runs the original.
+
+Left out: bfloat16 inputs (a finding).
+"""
+
+from __future__ import annotations
+
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import replace_tensor
+from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
+from graphfix.passes.gelu_decompose import float_dtype, onnx_domain
+from graphfix.passes.swish_decompose import swish
+
+
+def rewrite(node: gs.Node, ctx: Context) -> None:
+    a, v = node.inputs[0], node.inputs[1]
+    dtype = float_dtype(a, node.op)
+    gated = swish(ctx.builder, a, float(node.attrs.get("alpha", 1.0)), dtype)
+    replace_tensor(ctx.graph, node.outputs[0], ctx.builder.op("Mul", [gated, v], dtype=dtype))
+
+
+PASS = Pass(
+    name="swiglu-decompose",
+    order=48,
+    summary="Rewrite SwiGLU (opset 28) into A * Sigmoid(alpha * A) * B, its function body.",
+    ops=frozenset({"SwiGLU"}),
+    rules=(
+        Rule(NO_IMPORTER, "all", "no SwiGLU importer in any TensorRT release (opset 28; parser tables end at opset 24)",
+             onnx_domain, error="unsupported-op-plugin-fallback-generic",
+             evidence="operator tables 5.1-11.1 (SwiGLU never listed; the 11.1 ref 7c51a63a documents opsets 9-24)"),
+    ),
+    rewrite=rewrite,
+    doc=__doc__ or "",
+)
