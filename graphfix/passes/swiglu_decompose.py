@@ -10,9 +10,9 @@ does (``A * Sigmoid(alpha * A)``, the inner Mul left out for ``alpha`` = 1), in 
 type. The op does not broadcast (A and B have one shape); Mul would, so a valid node keeps its
 meaning. Sigmoid and Mul have importers in every release.
 
-Verification: onnxruntime 1.32 cannot run opset-28 SwiGLU itself, so the tests compare with the
-ONNX node cases' expected outputs and a numpy reference; the pipeline verifies a model only where
-onnxruntime runs the original.
+Verification: onnxruntime 1.32 cannot run opset-28 SwiGLU itself ("Could not find an
+implementation for Swish(24)"), so graphfix runs such an original on the ONNX reference evaluator
+(asked of the installed onnxruntime once, ``graphfix.verify``) and the rewrite on onnxruntime.
 
 Left out: bfloat16 inputs (a finding).
 """
