@@ -11,7 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx.reference import ReferenceEvaluator
-from support import assert_outputs_match, check_fixture, check_node_case, check_rewrite, node_cases, ort_run, remaining_matches
+from support import (
+    assert_outputs_match,
+    check_fixture,
+    check_node_case,
+    check_rewrite,
+    node_cases,
+    ort_run,
+    remaining_matches,
+)
 
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, FLOAT16, inp, model, node, out
