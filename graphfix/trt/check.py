@@ -51,9 +51,9 @@ NO_REWRITE = {
                 "export the detector's RoI head separately and run it outside the engine, replace the op by TensorRT's "
                 "ROIAlign_TRT / MultilevelCropAndResize plugin in the export, or target TensorRT >= 8.5",
     "BitCast": "no BitCast (opset 26) importer in any TensorRT release, and no exact rewrite: reinterpreting a tensor's "
-               "bits needs a bitwise view no TensorRT layer or standard op before opset 26 provides. Remove the "
-               "Tensor.view(dtype) reinterpretation from the traced code (compute the value arithmetically) or run that "
-               "stage outside the engine",
+               "bits needs a bitwise view no TensorRT layer or standard op before opset 26 provides. Change the export: "
+               "remove the Tensor.view(dtype) reinterpretation from the traced code (compute the value arithmetically), "
+               "or run that stage outside the engine",
     "LinearAttention": "no LinearAttention (opset 27) importer in any TensorRT release, and no graphfix rewrite: its "
                        "recurrence runs token by token (the op's function body is a Scan). Export at opset 18-22, where the "
                        "exporter writes the model's own recurrent or chunked linear-attention code in standard ops",
