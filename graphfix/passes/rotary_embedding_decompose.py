@@ -2,9 +2,9 @@
 
 Why: TensorRT's ONNX parser first lists RotaryEmbedding in 10.15 (operator table at the 10.15 ref
 fa5aa9f6, changelog 10.15 "RotaryEmbedding, RMSNormalization, TensorScatter"); every earlier
-parser fails with "No importer registered for op: RotaryEmbedding". onnxruntime-genai's model
-builder and onnxscript's rewriter fuse a decoder's ``rotate_half`` arithmetic into this op at
-opset 23 (torch 2.14.1's dynamo exporter itself still writes the Slice/Neg/Concat/Mul form).
+parser fails with "No importer registered for op: RotaryEmbedding". ``torch.onnx.ops.rotary_embedding``
+exports to it (fixtures/real/llama_rotary_op_opset23.onnx: a Llama whose rotary code calls it);
+for transformers' own ``rotate_half`` code torch 2.14.1's dynamo exporter writes Slice/Neg/Concat/Mul.
 
 How: the op's definition (ONNX reference ``rotary_embedding``), without its transposes:
 

@@ -2,8 +2,8 @@
 
 Why: ONNX added SwiGLU in opset 28 (onnx 1.23); no TensorRT parser through 11.1 lists it (their
 operator tables document opsets <= 24), so every release fails with "No importer registered for
-op: SwiGLU". An exporter or optimiser that fuses a Llama MLP's ``silu(gate_proj(x)) *
-up_proj(x)`` into it makes the whole decoder unparsable.
+op: SwiGLU". A graph optimiser that fuses a Llama MLP's ``silu(gate_proj(x)) * up_proj(x)``
+into it makes the whole decoder unparsable.
 
 How: the function body ``Mul(Swish_alpha(A), B)`` with Swish itself decomposed as swish-decompose
 does (``A * Sigmoid(alpha * A)``, the inner Mul left out for ``alpha`` = 1), in the inputs' float

@@ -2,10 +2,9 @@
 
 Why: TensorRT's ONNX parser first lists Swish in 11.0 (operator table at the 11.0 ref 2f3fa349,
 changelog 11.0 "Swish operator"); every 10.x and older parser fails with "No importer registered
-for op: Swish". ONNX added Swish in opset 24; exporters that write it (onnxscript's
-``aten_silu`` at opset >= 24 when asked for the op, model-optimizer fusions, hand-written graphs)
-make a SiLU network unparsable on 10.x. torch 2.14.1's dynamo exporter still writes SiLU as
-``Mul(x, Sigmoid(x))`` at opset 23.
+for op: Swish". ONNX added Swish in opset 24; a graph that has it (from a graph optimiser's
+SiLU fusion or written by hand) is unparsable on every 10.x. torch 2.14.1's dynamo exporter itself
+still writes SiLU as ``Mul(x, Sigmoid(x))``, at opset 23 and 24 alike.
 
 How: the function body, in the input's float type (fp16 stays fp16, as the body computes):
 ``Mul(x, Sigmoid(Mul(alpha, x)))``; for the default ``alpha`` = 1 the inner Mul is left out

@@ -3,9 +3,9 @@
 Why: TensorRT's ONNX parser first lists TensorScatter in 10.15 (operator table at the 10.15 ref
 fa5aa9f6, changelog 10.15); earlier parsers fail with "No importer registered for op:
 TensorScatter". From 10.15 on the table restricts it to "past_cache and update must be rank 4;
-axis must be -2": a 3-D cache, or a sequence axis elsewhere, is refused on every release. The op is
-what opset-24 decoders with a static KV cache (onnxruntime-genai's model builder, onnxscript's
-cache rewrites) write in front of Attention.
+axis must be -2": a 3-D cache, or a sequence axis elsewhere, is refused on every release. The op
+exists for static KV caches (its spec: "KV cache updates for Attention ops commonly found in
+LLMs"): an opset-24 decoder graph writes it in front of Attention for each of key and value.
 
 How, exact for every type (values are copied, never recomputed):
 
