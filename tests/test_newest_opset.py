@@ -10,6 +10,8 @@ import pytest
 from onnx import defs, helper
 from support import node_cases
 
+import graphfix
+from fixtures.make_fixtures import all_fixtures
 from graphfix.trt import support
 from graphfix.trt.check import check_model
 
@@ -74,3 +76,21 @@ def test_ops_without_a_rewrite_say_what_to_change_in_the_export(op, trt):
         assert len(found) == 1 and found[0].severity == "blocking" and found[0].fix_pass is None
         assert "no graphfix rewrite" in found[0].message or "no exact rewrite" in found[0].message
         assert "export" in found[0].message and found[0].remedy == "no rewrite: change the export"
+
+
+NEW_OPS = {"RMSNormalization", "RotaryEmbedding", "TensorScatter", "Swish", "SwiGLU", "CumProd"}
+GROUPS = ("rmsnorm_decompose", "rotary_embedding_decompose", "tensorscatter_decompose", "swish_decompose",
+          "swiglu_decompose", "cumprod_decompose")
+NEW_FIXTURES = [fx for group, fx in all_fixtures() if group in GROUPS]
+
+
+@pytest.mark.parametrize("trt", ["8.6", "10.1", "10.7"])
+@pytest.mark.parametrize("fx", NEW_FIXTURES, ids=lambda fx: fx.name)
+def test_auto_leaves_none_of_the_new_operators(fx, trt):
+    """Every fixture of the six passes, `--passes auto --trt V`: rewritten, verified (SwiGLU on the
+    ONNX reference evaluator), nothing blocking left."""
+    result = graphfix.fix(fx.build(), "auto", trt=trt, input_shapes=fx.input_shapes, val_range=fx.val_range)
+    assert result.report.passes and all(p.verdict == "kept" for p in result.report.passes), \
+        [(p.name, p.verdict, p.reason) for p in result.report.passes]
+    assert not NEW_OPS & {n.op_type for n in result.model.graph.node}
+    assert not [f for f in check_model(result.model, trt).findings if f.severity == "blocking"]
