@@ -79,7 +79,8 @@ PASS = Pass(
     rules=(
         Rule(NO_IMPORTER, "all", "no CumProd importer in any TensorRT release (opset 26; parser tables end at opset 24)",
              error="unsupported-op-plugin-fallback-generic",
-             evidence="operator tables 5.1-11.1 (CumProd never listed; the 11.1 ref 7c51a63a documents opsets 9-24)"),
+             evidence="operator tables 5.1-11.1 (never listed; the 11.1 ref 7c51a63a documents opsets 9-24); "
+                      "parser release notes 10.15-11.2 (onnx/onnx-tensorrt#1048 #1051 #1054 #1057 #1061) add no CumProd"),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",

@@ -105,7 +105,7 @@ PASS = Pass(
     rules=(
         Rule(NO_IMPORTER, "<10.15", "no RotaryEmbedding importer before TensorRT 10.15",
              error="unsupported-op-plugin-fallback-generic",
-             evidence="operator table (RotaryEmbedding first listed at the 10.15 ref fa5aa9f6; changelog 10.15)"),
+             evidence="operator table (first listed at the 10.15 ref fa5aa9f6); onnx/onnx-tensorrt#1048 (10.15-GA: \"Added support for RotaryEmbedding, RMSNormalization and TensorScatter\"); 10.15 importer source not read (graphfix's copy of onnx-tensorrt ends at 10.1-GA)"),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",

@@ -43,7 +43,8 @@ PASS = Pass(
     rules=(
         Rule(NO_IMPORTER, "<11.0", "no Swish importer before TensorRT 11.0", onnx_domain,
              error="unsupported-op-plugin-fallback-generic",
-             evidence="operator table (Swish first listed at the 11.0 ref 2f3fa349; changelog 11.0)"),
+             evidence="operator table (first listed at the 11.0 ref 2f3fa349); onnx/onnx-tensorrt#1054 "
+                      "(11.0-GA: \"Added support for Swish operator\")"),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",

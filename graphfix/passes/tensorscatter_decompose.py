@@ -124,7 +124,7 @@ PASS = Pass(
     rules=(
         Rule(NO_IMPORTER, "<10.15", "no TensorScatter importer before TensorRT 10.15",
              error="unsupported-op-plugin-fallback-generic",
-             evidence="operator table (TensorScatter first listed at the 10.15 ref fa5aa9f6; changelog 10.15)"),
+             evidence="operator table (first listed at the 10.15 ref fa5aa9f6); onnx/onnx-tensorrt#1048 (10.15-GA: \"Added support for RotaryEmbedding, RMSNormalization and TensorScatter\"); 10.15 importer source not read (graphfix's copy of onnx-tensorrt ends at 10.1-GA)"),
         Rule(LIMIT, ">=10.15", "TensorScatter on a cache that is not rank 4 with the sequence axis at -2",
              _outside_importer_limits,
              evidence="operator table 10.15-11.1: \"past_cache and update must be rank 4; axis must be -2\""),
