@@ -22,6 +22,9 @@ cumsum-decompose's helpers):
   product overflows or underflows in one order and not in the other (e.g. ``[1e30, 1e30, 1e-30]``
   in float32: sequential ``inf``, log-step ``1e30``). NaN places are the same in both orders.
 
+Cost (``bench/newops_latency.py``, onnxruntime 1.32 CPU, 1 thread, a shared and noisy machine): the chain on (4096, 32) fp32 1.5x the native op; the scan on (64, 2048) 5.2x
+(fp32) and 14.5x (int64: onnxruntime's integer Mul is slow), 11 rounds.
+
 Left out (findings): an axis computed at runtime, unknown rank, bfloat16.
 """
 

@@ -20,6 +20,10 @@ scale`` over the axes ``[axis, rank)``, with layernorm-decompose's helpers:
 * Rounding: the same operations in the same order as the function body; onnxruntime's kernel
   accumulates in another order, so outputs agree to float rounding (a few ulps), not bit for bit.
 
+Cost (``bench/newops_latency.py``, onnxruntime 1.32 CPU, 1 thread, a shared and noisy machine), (8, 512, 768) fp32: the ReduceMean/Pow form (targets >= 10.0) runs at 0.7x the
+native op (onnxruntime fuses it back into its kernel); the ReduceSum / count form that parsers
+before 10.0 need is not fused: 3.1x.
+
 Left out (findings): ``stash_type`` other than 1, bfloat16 X (no numpy constants), a scale whose
 type differs from X's, a non-negative ``axis`` on a tensor of unknown rank.
 """

@@ -23,6 +23,9 @@ How: the op's definition (ONNX reference ``rotary_embedding``), without its tran
 
 Every op used has an importer in every release >= 7.0 (Slice steps, Gather, Concat, Reshape).
 
+Cost (``bench/newops_latency.py``, onnxruntime 1.32 CPU, 1 thread, a shared and noisy machine): (1, 8, 512, 128) with position_ids, 5.6x onnxruntime's fused kernel (ten elementwise
+passes instead of one); TensorRT fuses adjacent pointwise layers.
+
 Left out (findings): a head size that is not static (the halves are static slices), a 3-D X
 without ``num_heads``, bfloat16.
 """
