@@ -20,7 +20,7 @@ OPS = sorted({s.name for s in defs.get_all_schemas_with_history() if s.domain ==
               and not s.deprecated})
 #: Documented releases, one undocumented between two (10.7), and one newer than any document (12.0).
 RELEASES = ["7.0", "8.6", "10.1", "10.7", "10.14", "10.15", "11.0", "11.1", "12.0"]
-NO_REWRITE = ("BitCast", "LinearAttention", "CausalConvWithState")
+NO_REWRITE = ("BitCast", "LinearAttention")
 
 
 def _one_node(op: str) -> onnx.ModelProto:
@@ -78,16 +78,16 @@ def test_ops_without_a_rewrite_say_what_to_change_in_the_export(op, trt):
         assert "export" in found[0].message and found[0].remedy == "no rewrite: change the export"
 
 
-NEW_OPS = {"RMSNormalization", "RotaryEmbedding", "TensorScatter", "Swish", "SwiGLU", "CumProd"}
+NEW_OPS = {"RMSNormalization", "RotaryEmbedding", "TensorScatter", "Swish", "SwiGLU", "CumProd", "CausalConvWithState"}
 GROUPS = ("rmsnorm_decompose", "rotary_embedding_decompose", "tensorscatter_decompose", "swish_decompose",
-          "swiglu_decompose", "cumprod_decompose")
+          "swiglu_decompose", "cumprod_decompose", "causalconv_decompose")
 NEW_FIXTURES = [fx for group, fx in all_fixtures() if group in GROUPS]
 
 
 @pytest.mark.parametrize("trt", ["8.6", "10.1", "10.7"])
 @pytest.mark.parametrize("fx", NEW_FIXTURES, ids=lambda fx: fx.name)
 def test_auto_leaves_none_of_the_new_operators(fx, trt):
-    """Every fixture of the six passes, `--passes auto --trt V`: rewritten, verified (SwiGLU on the
+    """Every fixture of the seven passes, `--passes auto --trt V`: rewritten, verified (SwiGLU on the
     ONNX reference evaluator), nothing blocking left."""
     result = graphfix.fix(fx.build(), "auto", trt=trt, input_shapes=fx.input_shapes, val_range=fx.val_range)
     assert result.report.passes and all(p.verdict == "kept" for p in result.report.passes), \

@@ -57,9 +57,6 @@ NO_REWRITE = {
     "LinearAttention": "no LinearAttention (opset 27) importer in any TensorRT release, and no graphfix rewrite: its "
                        "recurrence runs token by token (the op's function body is a Scan). Export at opset 18-22, where the "
                        "exporter writes the model's own recurrent or chunked linear-attention code in standard ops",
-    "CausalConvWithState": "no CausalConvWithState (opset 27) importer in any TensorRT release, and no graphfix rewrite. "
-                           "Export at opset 18-22, where the exporter writes the model's causal convolution as "
-                           "Concat(past state, input) + Conv + Slice, which every release imports",
 }
 _TYPE_TOKENS = {"float32": "FP32", "float16": "FP16", "int32": "INT32", "int64": "INT64", "int8": "INT8", "uint8": "UINT8",
                 "bool": "BOOL", "float64": "DOUBLE"}
