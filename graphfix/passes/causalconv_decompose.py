@@ -33,6 +33,7 @@ from graphfix.graph import optional_input, replace_tensor
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
 from graphfix.passes.gelu_decompose import float_dtype, onnx_domain
 from graphfix.passes.swish_decompose import swish
+from graphfix.trt.support import evidence
 
 _INT_MAX = np.iinfo(np.int64).max
 
@@ -81,8 +82,7 @@ PASS = Pass(
     rules=(
         Rule(NO_IMPORTER, "all", "no CausalConvWithState importer in any TensorRT release (opset 27; parser tables end at opset 24)",
              onnx_domain, error="unsupported-op-plugin-fallback-generic",
-             evidence="operator tables 5.1-11.1 (never listed; the 11.1 ref 7c51a63a documents opsets 9-24); "
-                      "parser release notes 10.15-11.2 (onnx/onnx-tensorrt#1048 #1051 #1054 #1057 #1061) add none"),
+             evidence=evidence("CausalConvWithState")),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",

@@ -36,6 +36,7 @@ import onnx_graphsurgeon as gs
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
 from graphfix.passes.cumsum_decompose import MAX_DYNAMIC_LENGTH, _scan, along_last, constant_axis
+from graphfix.trt.support import evidence
 
 #: Static float lengths up to this get the exact sequential chain (2n nodes); longer ones the scan.
 CHAIN = 64
@@ -82,8 +83,7 @@ PASS = Pass(
     rules=(
         Rule(NO_IMPORTER, "all", "no CumProd importer in any TensorRT release (opset 26; parser tables end at opset 24)",
              error="unsupported-op-plugin-fallback-generic",
-             evidence="operator tables 5.1-11.1 (never listed; the 11.1 ref 7c51a63a documents opsets 9-24); "
-                      "parser release notes 10.15-11.2 (onnx/onnx-tensorrt#1048 #1051 #1054 #1057 #1061) add no CumProd"),
+             evidence=evidence("CumProd")),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",

@@ -43,6 +43,7 @@ from graphfix.passes.layernorm_decompose import (
     stash_dtype,
     uses_reduce_mean,
 )
+from graphfix.trt.support import evidence
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -80,8 +81,8 @@ PASS = Pass(
     rules=(
         Rule(NO_IMPORTER, "<10.15", "no RMSNormalization importer before TensorRT 10.15",
              error="unsupported-op-plugin-fallback-generic",
-             evidence="operator table (first listed at the 10.15 ref fa5aa9f6); onnx/onnx-tensorrt#1048 (10.15-GA: \"Added support for RotaryEmbedding, RMSNormalization and TensorScatter\"); 10.15 importer source not read (graphfix's copy of onnx-tensorrt ends at 10.1-GA); "
-                      "NVIDIA/TensorRT#4639, onnx/onnx-tensorrt#1046 (\"RMSNorm support will be available in the 10.15 release\")"),
+             evidence=evidence("10.15") + "; NVIDIA/TensorRT#4639, onnx/onnx-tensorrt#1046 (\"RMSNorm support will be "
+                                            "available in the 10.15 release\")"),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",

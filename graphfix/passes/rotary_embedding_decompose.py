@@ -38,6 +38,7 @@ import onnx_graphsurgeon as gs
 from graphfix.graph import Builder, optional_input, replace_tensor
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
 from graphfix.passes.gelu_decompose import float_dtype
+from graphfix.trt.support import evidence
 
 _INT_MAX = np.iinfo(np.int64).max
 
@@ -108,7 +109,7 @@ PASS = Pass(
     rules=(
         Rule(NO_IMPORTER, "<10.15", "no RotaryEmbedding importer before TensorRT 10.15",
              error="unsupported-op-plugin-fallback-generic",
-             evidence="operator table (first listed at the 10.15 ref fa5aa9f6); onnx/onnx-tensorrt#1048 (10.15-GA: \"Added support for RotaryEmbedding, RMSNormalization and TensorScatter\"); 10.15 importer source not read (graphfix's copy of onnx-tensorrt ends at 10.1-GA)"),
+             evidence=evidence("10.15")),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",

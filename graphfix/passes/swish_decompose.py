@@ -23,6 +23,7 @@ import onnx_graphsurgeon as gs
 from graphfix.graph import Builder, replace_tensor
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 from graphfix.passes.gelu_decompose import float_dtype, onnx_domain
+from graphfix.trt.support import evidence
 
 
 def swish(b: Builder, x: gs.Tensor, alpha: float, dtype: np.dtype) -> gs.Tensor:
@@ -45,8 +46,7 @@ PASS = Pass(
     rules=(
         Rule(NO_IMPORTER, "<11.0", "no Swish importer before TensorRT 11.0", onnx_domain,
              error="unsupported-op-plugin-fallback-generic",
-             evidence="operator table (first listed at the 11.0 ref 2f3fa349); onnx/onnx-tensorrt#1054 "
-                      "(11.0-GA: \"Added support for Swish operator\")"),
+             evidence=evidence("11.0")),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",

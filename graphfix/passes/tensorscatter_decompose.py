@@ -38,6 +38,7 @@ import onnx_graphsurgeon as gs
 from graphfix.graph import Builder, optional_input, replace_tensor
 from graphfix.passes._indexing import Dim, arange, dim_tensor, dims_of, mul, shape_tensor
 from graphfix.passes.base import LIMIT, NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.trt.support import evidence
 
 _INT_MAX = np.iinfo(np.int64).max
 
@@ -127,7 +128,7 @@ PASS = Pass(
     rules=(
         Rule(NO_IMPORTER, "<10.15", "no TensorScatter importer before TensorRT 10.15",
              error="unsupported-op-plugin-fallback-generic",
-             evidence="operator table (first listed at the 10.15 ref fa5aa9f6); onnx/onnx-tensorrt#1048 (10.15-GA: \"Added support for RotaryEmbedding, RMSNormalization and TensorScatter\"); 10.15 importer source not read (graphfix's copy of onnx-tensorrt ends at 10.1-GA)"),
+             evidence=evidence("10.15")),
         Rule(LIMIT, ">=10.15", "TensorScatter on a cache that is not rank 4 with the sequence axis at -2",
              _outside_importer_limits,
              evidence="operator table 10.15-11.1: \"past_cache and update must be rank 4; axis must be -2\""),

@@ -18,16 +18,28 @@ from graphfix.trt.versions import TrtVersion, VersionRange
 
 
 @cache
+def _newer() -> dict[str, Any]:
+    return json.loads(resources.files("graphfix.trt").joinpath("data/newer_ops.json").read_text())
+
+
+@cache
 def data() -> dict[str, Any]:
     """The parser tables, plus ``newer_ops.json``'s operators that no table lists (newer than
     every documented parser): not listed (``None``) for every release."""
     files = resources.files("graphfix.trt")
     merged = json.loads(files.joinpath("data/parser_support.json").read_text())
-    newer = json.loads(files.joinpath("data/newer_ops.json").read_text())["ops"]
+    newer = _newer()["ops"]
     for op in newer:
         merged["ops"].setdefault(op, [[merged["version_order"][0], None]])
     merged["newer_ops"] = newer
     return merged
+
+
+def evidence(key: str) -> str:
+    """``newer_ops.json``'s evidence for a release's new importers (``"10.15"``) or for an op no
+    parser lists (``"CumProd"``): one wording for the rules and `graphfix check`."""
+    added = _newer()
+    return added["releases"][key] if key in added["releases"] else added["ops"][key]["evidence"]
 
 
 @cache
