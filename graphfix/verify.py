@@ -257,6 +257,33 @@ def _wrong_in_onnxruntime(model: onnx.ModelProto) -> bool:
             dilations = next((list(a.ints) for a in n.attribute if a.name == "dilations"), [])
             if len(dilations) != 2 and any(d > 1 for d in dilations):
                 return True
+        if n.op_type in _NEWEST and n.domain in ("", "ai.onnx") and _onnxruntime_lacks(n.op_type):
+            return True
+    return False
+
+
+#: Ops of opset >= 26 (onnx 1.23): the installed onnxruntime may not implement them yet (1.32 has no
+#: SwiGLU); a model with one is then run on the ONNX reference evaluator, which follows the spec.
+_NEWEST = frozenset({"BitCast", "CumProd", "LinearAttention", "CausalConvWithState", "SwiGLU"})
+
+
+@functools.cache
+def _onnxruntime_lacks(op: str) -> bool:
+    """Asked of the installed onnxruntime once: a one-node float model of ``op`` at its opset is
+    refused as NOT_IMPLEMENTED."""
+    import onnxruntime as ort
+    from onnx import TensorProto, defs, helper
+
+    schema = defs.get_schema(op)
+    names = [f"i{k}" for k, f in enumerate(schema.inputs) if f.option != defs.OpSchema.FormalParameterOption.Optional]
+    node = helper.make_node(op, names, ["y"])
+    graph = helper.make_graph([node], "probe", [helper.make_tensor_value_info(i, TensorProto.FLOAT, [2]) for i in names],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", schema.since_version)])
+    try:
+        ort.InferenceSession(runtime_compatible(m).SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - only "not implemented" means the op is missing
+        return "NOT_IMPLEMENTED" in str(exc)
     return False
 
 

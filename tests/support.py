@@ -26,6 +26,15 @@ def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nda
     return sess.run(None, {k: np.asarray(v) for k, v in feeds.items() if k in names})
 
 
+def runs_on_onnxruntime(model: onnx.ModelProto) -> bool:
+    """onnxruntime implements every op of the model (1.32 has no opset-28 SwiGLU)."""
+    try:
+        ort.InferenceSession(runtime_compatible(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001 - NOT_IMPLEMENTED and the like
+        return False
+    return True
+
+
 def remaining_matches(model: onnx.ModelProto, pass_name: str) -> list[str]:
     """Names of nodes the pass would still match (must be empty after the pass)."""
     p = passes.get(pass_name)
@@ -136,3 +145,24 @@ def check_fixture(fx, pass_name: str, atol: float = 1e-6, rtol: float = 1e-6, se
     assert remaining_matches(m, pass_name), "the fixture must reproduce the pattern"
     feeds = make_inputs(m, fx.input_shapes, fx.val_range, seed=seed)[0]
     return check_rewrite(m, pass_name, feeds, atol, rtol)
+
+
+def check_node_case(case, pass_name: str, min_opset: int, atol: float, rtol: float, freeze: Sequence[str] = (),
+                    **apply_kw: object) -> None:
+    """An official node case through ``pass_name`` (``freeze``: inputs made initializers, as exports
+    have them): rewritten, the op gone, outputs equal to onnxruntime's on the original where it runs
+    the op, and to the case's expected outputs."""
+    op = case.model.graph.node[0].op_type
+    m = runnable(case.model, min_opset)
+    for inputs, expected in case.data_sets:
+        feeds = case_feeds(m, inputs)
+        frozen = freeze_inputs(m, {k: feeds.pop(k) for k in freeze}) if freeze else m
+        if runs_on_onnxruntime(frozen):
+            result = check_rewrite(frozen, pass_name, feeds, atol, rtol, **apply_kw)
+        else:
+            result = passes.get(pass_name).apply(frozen, **apply_kw)
+            assert result.rewritten and remaining_matches(result.model, pass_name) == []
+        assert op not in [n.op_type for n in result.model.graph.node]
+        for got, want in zip(ort_run(result.model, feeds), expected, strict=True):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), atol=atol, rtol=rtol)

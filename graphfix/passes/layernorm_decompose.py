@@ -41,6 +41,7 @@ BF16 anyway), and a non-negative ``axis`` on a tensor of unknown rank (reported 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -142,16 +143,8 @@ def standardize(b: Builder, x: gs.Tensor, axes: list[int], count: int | None, ep
     ``count`` is the number of reduced elements (None: computed from ``x``'s shape at runtime);
     it is only needed where ReduceMean cannot be used (opset >= 18 and parsers before 10.0).
     """
-    reduce_mean = b.opset < 18 or axes_input_ok
-    divisor: list[gs.Tensor | np.ndarray] = []
-
-    def mean(t: gs.Tensor) -> gs.Tensor:
-        if reduce_mean:
-            return b.reduce("ReduceMean", t, axes, dtype=dtype)
-        if not divisor:
-            divisor.append(np.array(count, dtype) if count is not None else _runtime_count(b, x, axes[0], dtype))
-        return b.op("Div", [b.reduce("ReduceSum", t, axes, dtype=dtype), divisor[0]], dtype=dtype)
-
+    reduce_mean = uses_reduce_mean(b, axes_input_ok)
+    mean = mean_over(b, x, axes, count, dtype, axes_input_ok)
     mu = mean(x)
     dev = b.op("Sub", [x, mu], dtype=dtype)
     # Pow(D, 2) completes the pattern LayerNorm fusions look for; without ReduceMean there is no
@@ -160,6 +153,28 @@ def standardize(b: Builder, x: gs.Tensor, axes: list[int], count: int | None, ep
     var = mean(square)
     std = b.op("Sqrt", [b.op("Add", [var, np.array(eps, dtype)], dtype=dtype)], dtype=dtype)
     return Moments(b.op("Div", [dev, std], dtype=dtype), mu, std)
+
+
+def uses_reduce_mean(b: Builder, axes_input_ok: bool) -> bool:
+    """ReduceMean is safe: its axes are an attribute (opset < 18) or the target reads the input."""
+    return b.opset < 18 or axes_input_ok
+
+
+def mean_over(b: Builder, x: gs.Tensor, axes: list[int], count: int | None, dtype: np.dtype,
+              axes_input_ok: bool) -> Callable[[gs.Tensor], gs.Tensor]:
+    """A function taking the mean of a tensor shaped like ``x`` over ``axes`` (negative, the trailing
+    ones): ReduceMean where the target reads its axes, else ReduceSum / element count (``count``, or
+    computed once from ``x``'s shape at runtime)."""
+    divisor: list[gs.Tensor | np.ndarray] = []
+
+    def mean(t: gs.Tensor) -> gs.Tensor:
+        if uses_reduce_mean(b, axes_input_ok):
+            return b.reduce("ReduceMean", t, axes, dtype=dtype)
+        if not divisor:
+            divisor.append(np.array(count, dtype) if count is not None else _runtime_count(b, x, axes[0], dtype))
+        return b.op("Div", [b.reduce("ReduceSum", t, axes, dtype=dtype), divisor[0]], dtype=dtype)
+
+    return mean
 
 
 def _runtime_count(b: Builder, x: gs.Tensor, first: int, dtype: np.dtype) -> gs.Tensor:

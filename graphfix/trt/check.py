@@ -50,6 +50,13 @@ NO_REWRITE = {
     "RoiAlign": "no RoiAlign importer before TensorRT 8.5, and no exact rewrite in standard ops (its boxes are data): "
                 "export the detector's RoI head separately and run it outside the engine, replace the op by TensorRT's "
                 "ROIAlign_TRT / MultilevelCropAndResize plugin in the export, or target TensorRT >= 8.5",
+    "BitCast": "no BitCast (opset 26) importer in any TensorRT release, and no exact rewrite: reinterpreting a tensor's "
+               "bits needs a bitwise view no TensorRT layer or standard op before opset 26 provides. Change the export: "
+               "remove the Tensor.view(dtype) reinterpretation from the traced code (compute the value arithmetically), "
+               "or run that stage outside the engine",
+    "LinearAttention": "no LinearAttention (opset 27) importer in any TensorRT release, and no graphfix rewrite: its "
+                       "recurrence runs token by token (the op's function body is a Scan). Export at opset 18-22, where the "
+                       "exporter writes the model's own recurrent or chunked linear-attention code in standard ops",
 }
 _TYPE_TOKENS = {"float32": "FP32", "float16": "FP16", "int32": "INT32", "int64": "INT64", "int8": "INT8", "uint8": "UINT8",
                 "bool": "BOOL", "float64": "DOUBLE"}
@@ -190,10 +197,16 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
     if entry is None or not entry.supported:
         fixer = _fixing_pass(node, ctx)
         source = "importer source" if entry is not None else "operator table (op not listed for this release)"
+        newer = support.data()["newer_ops"].get(node.op)
+        if newer is not None:
+            source = newer["evidence"]
         message = NO_REWRITE.get(node.op, f"TensorRT {release.key}'s parser has no importer for {node.op}")
+        unknown = support.unknown_for(node.op, release)
+        if unknown:
+            message += f" ({unknown}; taken as no importer)"
         yield _finding(node, BLOCKING, message,
                        NOT_SUPPORTED_IDS.get(node.op, "unsupported-op-plugin-fallback-generic"), fixer,
-                       rule="no-importer", evidence=source)
+                       rule="no-importer", evidence=source, certain=unknown is None)
         return
     claimed = False
     for p in _passes_for_op().get(node.op, ()):

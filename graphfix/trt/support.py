@@ -18,8 +18,28 @@ from graphfix.trt.versions import TrtVersion, VersionRange
 
 
 @cache
+def _newer() -> dict[str, Any]:
+    return json.loads(resources.files("graphfix.trt").joinpath("data/newer_ops.json").read_text())
+
+
+@cache
 def data() -> dict[str, Any]:
-    return json.loads(resources.files("graphfix.trt").joinpath("data/parser_support.json").read_text())
+    """The parser tables, plus ``newer_ops.json``'s operators that no table lists (newer than
+    every documented parser): not listed (``None``) for every release."""
+    files = resources.files("graphfix.trt")
+    merged = json.loads(files.joinpath("data/parser_support.json").read_text())
+    newer = _newer()["ops"]
+    for op in newer:
+        merged["ops"].setdefault(op, [[merged["version_order"][0], None]])
+    merged["newer_ops"] = newer
+    return merged
+
+
+def evidence(key: str) -> str:
+    """``newer_ops.json``'s evidence for a release's new importers (``"10.15"``) or for an op no
+    parser lists (``"CumProd"``): one wording for the rules and `graphfix check`."""
+    added = _newer()
+    return added["releases"][key] if key in added["releases"] else added["ops"][key]["evidence"]
 
 
 @cache
@@ -120,6 +140,26 @@ def op_support(op: str, release: Release) -> OpSupport | None:
     supported = entry.get("importer_in_source", entry["supported"])
     types = tuple(entry["types"]) if entry.get("types") else None
     return OpSupport(bool(supported), types, entry.get("restrictions", ""))
+
+
+def unknown_for(op: str, release: Release) -> str | None:
+    """Why graphfix cannot say whether ``release.requested`` imports ``op`` (None: it can).
+
+    A release with its own parser document is known; one between two documented releases is known
+    where both say the same about the op; one newer than the newest documented is not."""
+    if TrtVersion(release.requested) == release.version:
+        return None
+    documented = [v for v in versions() if "-" not in v]
+    above = [v for v in documented if TrtVersion(v) > TrtVersion(release.requested)]
+    if not above:
+        return (f"graphfix has no information on {op} for TensorRT {release.requested}: its newest parser document is "
+                f"{release.key}")
+    below, after = op_support(op, release), op_support(op, Release(above[0], above[0], ""))
+    if (below is not None and below.supported) == (after is not None and after.supported):
+        return None
+    return (f"graphfix has no information on {op} for TensorRT {release.requested}: {release.key}'s parser "
+            f"{'imports' if below is not None and below.supported else 'lacks'} it, {above[0]}'s "
+            f"{'imports' if after is not None and after.supported else 'lacks'} it")
 
 
 def opset_range(release: Release) -> tuple[int | None, int | None]:
