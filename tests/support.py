@@ -136,3 +136,15 @@ def check_fixture(fx, pass_name: str, atol: float = 1e-6, rtol: float = 1e-6, se
     assert remaining_matches(m, pass_name), "the fixture must reproduce the pattern"
     feeds = make_inputs(m, fx.input_shapes, fx.val_range, seed=seed)[0]
     return check_rewrite(m, pass_name, feeds, atol, rtol)
+
+
+def frozen_case_runs(case, min_opset: int, data: str) -> list[tuple[onnx.ModelProto, dict[str, np.ndarray], np.ndarray]]:
+    """A node test case's data sets with every input but ``data`` made an initializer (frame steps,
+    lengths, axes and windows are constants in exports): (model, feeds, expected output 0) each."""
+    m = runnable(case.model, min_opset)
+    runs = []
+    for inputs, expected in case.data_sets:
+        feeds = case_feeds(m, inputs)
+        consts = {k: feeds.pop(k) for k in list(feeds) if k != data}
+        runs.append((freeze_inputs(m, consts), feeds, expected[0]))
+    return runs

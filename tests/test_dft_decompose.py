@@ -7,7 +7,7 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import case_feeds, freeze_inputs, node_cases, ort_run, remaining_matches, runnable
+from support import frozen_case_runs, node_cases, ort_run, remaining_matches
 
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, INT64, init, inp, model, node, out
@@ -99,13 +99,9 @@ def test_findings():
 
 @pytest.mark.parametrize("case", node_cases("DFT"), ids=lambda c: c.name)
 def test_onnx_node_cases(case):
-    m = runnable(case.model, 17)
-    for inputs, expected in case.data_sets:
-        feeds = case_feeds(m, inputs)
-        consts = {k: feeds.pop(k) for k in list(feeds) if k != "x"}
-        fixed = _rewrite(freeze_inputs(m, consts))
-        got = ort_run(fixed, feeds)[0]
-        np.testing.assert_allclose(got, expected[0], rtol=1e-5, atol=1e-5 * float(np.abs(expected[0]).max()))
+    for m, feeds, expected in frozen_case_runs(case, 17, "x"):
+        got = ort_run(_rewrite(m), feeds)[0]
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * float(np.abs(expected).max()))
 
 
 # ------------------------------------------------------------------ random transforms
