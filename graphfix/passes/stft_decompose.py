@@ -25,12 +25,13 @@ N``, so they stay exact for long frames) and rounded once; every output element 
 product of ``N`` (``2N`` complex) terms, exact to float rounding. onesided keeps ``N // 2 + 1``
 bins (also for a complex signal, as onnxruntime does), two-sided all ``N``.
 
-Measured against onnxruntime 1.32 (CPU, one thread, Whisper's N = 400, step 160, 30 s of audio):
-the Conv form takes 15 ms where onnxruntime's own STFT takes 256 ms, and framing by Gather then a
-MatMul 30 ms; so the Conv, which is also the form without shape arithmetic, is used. Its error
-against a float64 FFT is 4e-5 where onnxruntime's STFT is off by 1.6e-3: onnxruntime's DFT of a
-length that is not a power of two loses about N^2 ulps, so verification computes such a model's
-original outputs with the ONNX reference evaluator (``graphfix.verify``).
+Measured with ``bench/stft_latency.py`` (onnxruntime 1.32, CPU, one thread, 30 s of 16 kHz audio):
+for Whisper's N = 400, step 160 the Conv form takes 0.06-0.08x the time of onnxruntime's own STFT
+and framing by Gather then a MatMul 0.12-0.17x; for N = 512, step 128, 0.58x and 0.78x. So the
+Conv, which is also the form without shape arithmetic, is used. Its error against a float64 FFT is
+4e-5 where onnxruntime's STFT is off by 1.6e-3 at N = 400: onnxruntime's DFT of a length that is
+not a power of two loses about N^2 ulps, so verification computes such a model's original outputs
+with the ONNX reference evaluator (``graphfix.verify``).
 
 A window that is not a constant (computed at run time) cannot be folded into the weights: the
 frames are then cut by a Conv with a one-hot kernel, multiplied by the window and transformed by
