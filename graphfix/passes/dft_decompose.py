@@ -55,7 +55,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
         raise Skip("the input's rank and its last dim (1 real, 2 complex) must be known")
     rank, channels = len(shape), int(shape[-1])
     if ctx.opset >= 20:
-        axis = constant_int(node, 2, ctx, "axis")
+        axis = constant_int(node, 2, ctx, "axis", "which axis the basis multiplies")
         axis = -2 if axis is None else axis
     else:
         axis = int(node.attrs.get("axis", 1))
@@ -66,7 +66,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     if not isinstance(n, int | np.integer) or n <= 0:
         raise Skip("the transformed axis must have a static length (it sets the basis)")
     n = int(n)
-    given = constant_int(node, 1, ctx, "dft_length")
+    given = constant_int(node, 1, ctx, "dft_length", "the basis")
     inverse, onesided = bool(node.attrs.get("inverse", 0)), bool(node.attrs.get("onesided", 0))
     if inverse and onesided:
         length = given if given is not None else 2 * (n - 1)

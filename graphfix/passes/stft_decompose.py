@@ -82,14 +82,15 @@ def float_dtype(x: gs.Tensor, what: str) -> np.dtype:
     return np.dtype(dtype)
 
 
-def constant_int(node: gs.Node, k: int, ctx: Context, what: str) -> int | None:
-    """Input ``k`` as a Python int (None when absent); a computed value is a finding."""
+def constant_int(node: gs.Node, k: int, ctx: Context, what: str, sets: str) -> int | None:
+    """Input ``k`` as a Python int (None when absent); a computed value is a finding (it ``sets``
+    part of the rewrite's constant layout)."""
     t = optional_input(node, k)
     if t is None:
         return None
     v = ctx.folder.value(t)
     if v is None or np.asarray(v).size != 1:
-        raise Skip(f"{what} must be a constant (it sets the {'stride' if k == 1 else 'kernel'} of the rewrite)")
+        raise Skip(f"{what} must be a constant (it sets {sets})")
     return int(np.asarray(v).reshape(()))
 
 
@@ -106,9 +107,9 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     if len(shape) != 3 or shape[2] not in (1, 2):
         raise Skip("the signal must be [batch, length, 1] (real) or [batch, length, 2] (complex) with that last dim known")
     channels = int(shape[2])
-    step = constant_int(node, 1, ctx, "frame_step")
+    step = constant_int(node, 1, ctx, "frame_step", "the Conv's stride")
     window_t = optional_input(node, 2)
-    length = constant_int(node, 3, ctx, "frame_length")
+    length = constant_int(node, 3, ctx, "frame_length", "the Conv's kernel")
     wshape = list(window_t.shape or []) if window_t is not None else []
     wlen = int(wshape[0]) if len(wshape) == 1 and isinstance(wshape[0], int | np.integer) else None
     if window_t is not None and wlen is None:
