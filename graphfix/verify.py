@@ -244,23 +244,25 @@ def _wrong_in_onnxruntime(model: onnx.ModelProto, initializers: list[onnx.Tensor
     that is not 2-D with a dilation > 1 (onnxruntime 1.32 misplaces the blocks; the ONNX
     reference evaluator follows the spec), STFT/DFT of a length that is not a power of two.
     ``initializers``: the model's, where ``model`` is a stub without them."""
+    weights: dict[str, onnx.TensorProto] | None = None
     for n in model.graph.node:
         if n.op_type == "Col2Im" and not _onnxruntime_col2im_dilation_ok():
             dilations = next((list(a.ints) for a in n.attribute if a.name == "dilations"), [])
             if len(dilations) != 2 and any(d > 1 for d in dilations):
                 return True
-        if n.op_type in ("STFT", "DFT") and not _onnxruntime_dft_length_ok() \
-                and not _power_of_two_length(n, model.graph.initializer if initializers is None else initializers):
-            return True
+        if n.op_type in ("STFT", "DFT") and not _onnxruntime_dft_length_ok():
+            if weights is None:
+                weights = {t.name: t for t in (model.graph.initializer if initializers is None else initializers)}
+            if not _power_of_two_length(n, weights):
+                return True
     return False
 
 
-def _power_of_two_length(node: onnx.NodeProto, initializers: list[onnx.TensorProto]) -> bool:
+def _power_of_two_length(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> bool:
     """The node's transform length is known (frame_length / dft_length as an initializer) and a
     power of two (onnxruntime then runs its radix-2 FFT, exact to float rounding)."""
     k = 3 if node.op_type == "STFT" else 1
-    name = node.input[k] if len(node.input) > k else ""
-    init = next((t for t in initializers if name and t.name == name), None)
+    init = weights.get(node.input[k]) if len(node.input) > k and node.input[k] else None
     if init is None:
         return False
     n = int(onnx.numpy_helper.to_array(init).reshape(-1)[0])
