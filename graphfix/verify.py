@@ -253,20 +253,43 @@ def _wrong_in_onnxruntime(model: onnx.ModelProto, initializers: list[onnx.Tensor
         if n.op_type in ("STFT", "DFT") and not _onnxruntime_dft_length_ok():
             if weights is None:
                 weights = {t.name: t for t in (model.graph.initializer if initializers is None else initializers)}
-            if not _power_of_two_length(n, weights):
+            if not _power_of_two_length(n, weights, model):
                 return True
     return False
 
 
-def _power_of_two_length(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> bool:
-    """The node's transform length is known (frame_length / dft_length as an initializer) and a
-    power of two (onnxruntime then runs its radix-2 FFT, exact to float rounding)."""
-    k = 3 if node.op_type == "STFT" else 1
-    init = weights.get(node.input[k]) if len(node.input) > k and node.input[k] else None
-    if init is None:
-        return False
-    n = int(onnx.numpy_helper.to_array(init).reshape(-1)[0])
+def _power_of_two_length(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto], model: onnx.ModelProto) -> bool:
+    """The node's transform length is known and a power of two (onnxruntime then runs its radix-2
+    FFT, exact to float rounding): STFT's frame_length or window as an initializer, DFT's
+    dft_length, else (not an irfft) the static length of its axis."""
+    def weight(k: int) -> np.ndarray | None:
+        init = weights.get(node.input[k]) if len(node.input) > k and node.input[k] else None
+        return None if init is None else onnx.numpy_helper.to_array(init).reshape(-1)
+
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type == "STFT":
+        length, window = weight(3), weight(2)
+        n = int(length[0]) if length is not None else window.size if window is not None else 0
+    elif weight(1) is not None:
+        n = int(weight(1)[0])
+    elif attrs.get("inverse") and attrs.get("onesided"):
+        n = 0  # the length is 2 * (bins - 1): left to the reference
+    else:
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        axis = weight(2) if opset >= 20 else None
+        axis = int(axis[0]) if axis is not None else (-2 if opset >= 20 else int(attrs.get("axis", 1)))
+        n = _static_dim(model, node.input[0], axis)
     return n > 0 and n & (n - 1) == 0
+
+
+def _static_dim(model: onnx.ModelProto, name: str, axis: int) -> int:
+    """Dim ``axis`` of tensor ``name`` as declared in the model (0 when unknown)."""
+    for vi in (*model.graph.input, *model.graph.value_info):
+        if vi.name == name and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            dims = vi.type.tensor_type.shape.dim
+            if -len(dims) <= axis < len(dims) and dims[axis].HasField("dim_value"):
+                return int(dims[axis].dim_value)
+    return 0
 
 
 @functools.cache

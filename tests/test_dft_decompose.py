@@ -144,3 +144,18 @@ def test_random_dft(d):
 @given(d=dfts())
 def test_random_dft_slow(d):
     _check_dft(d)
+
+
+def test_onnxruntime_is_the_reference_only_for_power_of_two_lengths():
+    """onnxruntime's DFT is exact to rounding for 2^k points only; the length comes from dft_length
+    or, without it, from the declared shape of the transformed axis (opset 17 attribute, 20 input)."""
+    from graphfix import verify
+
+    if verify._onnxruntime_dft_length_ok():
+        pytest.skip("the installed onnxruntime's DFT is exact at any length")
+    assert not verify._wrong_in_onnxruntime(_dft_model([2, 8, 3, 1], 1, None, 0, 0, 17))
+    assert not verify._wrong_in_onnxruntime(_dft_model([2, 6, 16, 1], 2, None, 0, 0, 20))
+    assert not verify._wrong_in_onnxruntime(_dft_model([2, 6, 3, 1], 1, 32, 0, 0, 17))
+    assert verify._wrong_in_onnxruntime(_dft_model([2, 6, 3, 1], 1, None, 0, 0, 17))
+    assert verify._wrong_in_onnxruntime(_dft_model([2, 8, 3, 1], 1, 12, 0, 0, 20))
+    assert verify._wrong_in_onnxruntime(_dft_model([2, 5, 3, 2], 1, None, 1, 1, 20))  # irfft: 2 * (bins - 1)
