@@ -215,7 +215,7 @@ def run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: Se
     another model's protos), run on every feed (``base_dir``: where its external data lives;
     onnxruntime reads it from there)."""
     parts = Assembled.of(model)
-    if any(n.op_type == "ATen" for n in parts.stub.graph.node) or _wrong_in_onnxruntime(parts.stub):
+    if not on_onnxruntime(parts):
         from graphfix.aten_reference import run_results  # the ONNX reference evaluator
 
         return run_results(parts.proto(), feeds, name)
@@ -248,14 +248,21 @@ def _compare_run(parts: Assembled, feeds: Feeds, name: str, counter: SessionCoun
     return results
 
 
-def _wrong_in_onnxruntime(model: onnx.ModelProto) -> bool:
+def _wrong_in_onnxruntime(model: onnx.ModelProto, initializers: list[onnx.TensorProto] | None = None) -> bool:
     """A node the installed onnxruntime computes wrongly, so it cannot be the reference: Col2Im
     that is not 2-D with a dilation > 1 (onnxruntime 1.32 misplaces the blocks; the ONNX
-    reference evaluator follows the spec)."""
+    reference evaluator follows the spec), STFT/DFT of a length that is not a power of two, an
+    opset-26+ op it does not implement. ``initializers``: the model's, where ``model`` is a stub without them."""
+    weights: dict[str, onnx.TensorProto] | None = None
     for n in model.graph.node:
         if n.op_type == "Col2Im" and not _onnxruntime_col2im_dilation_ok():
             dilations = next((list(a.ints) for a in n.attribute if a.name == "dilations"), [])
             if len(dilations) != 2 and any(d > 1 for d in dilations):
+                return True
+        if n.op_type in ("STFT", "DFT") and not _onnxruntime_dft_length_ok():
+            if weights is None:
+                weights = {t.name: t for t in (model.graph.initializer if initializers is None else initializers)}
+            if not _power_of_two_length(n, weights, model):
                 return True
         if n.op_type in _NEWEST and n.domain in ("", "ai.onnx") and _onnxruntime_lacks(n.op_type):
             return True
@@ -285,6 +292,63 @@ def _onnxruntime_lacks(op: str) -> bool:
     except Exception as exc:  # noqa: BLE001 - only "not implemented" means the op is missing
         return "NOT_IMPLEMENTED" in str(exc)
     return False
+
+
+def _power_of_two_length(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto], model: onnx.ModelProto) -> bool:
+    """The node's transform length is known and a power of two (onnxruntime then runs its radix-2
+    FFT, exact to float rounding): STFT's frame_length or window as an initializer, DFT's
+    dft_length, else (not an irfft) the static length of its axis."""
+    def weight(k: int) -> np.ndarray | None:
+        init = weights.get(node.input[k]) if len(node.input) > k and node.input[k] else None
+        return None if init is None else onnx.numpy_helper.to_array(init).reshape(-1)
+
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type == "STFT":
+        length, window = weight(3), weight(2)
+        n = int(length[0]) if length is not None else window.size if window is not None else 0
+    elif weight(1) is not None:
+        n = int(weight(1)[0])
+    elif attrs.get("inverse") and attrs.get("onesided"):
+        n = 0  # the length is 2 * (bins - 1): left to the reference
+    else:
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        axis = weight(2) if opset >= 20 else None
+        axis = int(axis[0]) if axis is not None else (-2 if opset >= 20 else int(attrs.get("axis", 1)))
+        n = _static_dim(model, node.input[0], axis)
+    return n > 0 and n & (n - 1) == 0
+
+
+def _static_dim(model: onnx.ModelProto, name: str, axis: int) -> int:
+    """Dim ``axis`` of tensor ``name`` as declared in the model (0 when unknown)."""
+    for vi in (*model.graph.input, *model.graph.value_info):
+        if vi.name == name and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            dims = vi.type.tensor_type.shape.dim
+            if -len(dims) <= axis < len(dims) and dims[axis].HasField("dim_value"):
+                return int(dims[axis].dim_value)
+    return 0
+
+
+@functools.cache
+def _onnxruntime_dft_length_ok() -> bool:
+    """Asked of the installed onnxruntime: is its DFT of a length that is not a power of two (400,
+    Whisper's n_fft) within REGION_ULPS of a float64 FFT? onnxruntime 1.32's is not (about N^2 ulps
+    lost: 4e-3 on bins near 40), so STFT/DFT rewrites, exact to float rounding, would be rolled back."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    n = 400
+    graph = helper.make_graph([helper.make_node("DFT", ["x"], ["y"], axis=1)], "probe",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n, 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = np.random.default_rng(0).standard_normal((1, n, 1)).astype(np.float32)
+    try:
+        got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    except Exception:  # noqa: BLE001 - cannot run it: do not trust it
+        return False
+    ref = np.fft.fft(x[0, :, 0].astype(np.float64))
+    ref = np.stack([ref.real, ref.imag], -1)[None].astype(np.float32)
+    return bool(np.abs(got - ref).max() <= max(DEFAULT_TOLERANCE, rounding_floor(ref)))
 
 
 @functools.cache
@@ -333,8 +397,8 @@ USERS_SETTINGS = "onnxruntime's default session settings (graph optimizations on
 def on_onnxruntime(model: onnx.ModelProto | Assembled) -> bool:
     """Whether verification runs ``model`` on onnxruntime (not on the ONNX reference evaluator:
     ATen nodes, ops the installed onnxruntime computes wrongly)."""
-    stub = Assembled.of(model).stub
-    return not (any(n.op_type == "ATen" for n in stub.graph.node) or _wrong_in_onnxruntime(stub))
+    parts = Assembled.of(model)
+    return not (any(n.op_type == "ATen" for n in parts.stub.graph.node) or _wrong_in_onnxruntime(parts.stub, parts.initializers))
 
 
 def users_run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: SessionCounter,
@@ -377,12 +441,19 @@ def noise_floor(model: onnx.ModelProto, feeds: Feeds, baseline: RunResults, coun
     construction: onnxruntime's graph optimizations switched (its fusions round differently), and
     every float input moved by one ulp (how much the model amplifies rounding). Max abs per output;
     one more session, made only when the strict end-to-end comparison failed (``ran``: that run,
-    already made on ``feeds`` then :func:`nudged_feeds`, e.g. the run under the users' settings)."""
+    already made on ``feeds`` then :func:`nudged_feeds`, e.g. the run under the users' settings).
+    Where the reference evaluator is the reference (an op onnxruntime computes wrongly), only the
+    nudge applies: an STFT output of 1000-sample frames moves by ~1.5e-5 when its inputs move by one ulp."""
     parts = Assembled.of(model)
-    if not on_onnxruntime(parts):
+    if any(n.op_type == "ATen" for n in parts.stub.graph.node):
         return {}
     try:
-        results = ran or switched_run(model, feeds, counter, base_dir)
+        if not on_onnxruntime(parts):
+            from graphfix.aten_reference import run_results  # the ONNX reference evaluator
+
+            results = run_results(parts.proto(), [*feeds, *nudged_feeds(feeds)], "graphfix-noise")
+        else:
+            results = ran or switched_run(model, feeds, counter, base_dir)
     except GraphfixError:
         raise
     except Exception:  # noqa: BLE001 - no noise floor: the strict comparison stands

@@ -166,3 +166,15 @@ def check_node_case(case, pass_name: str, min_opset: int, atol: float, rtol: flo
         for got, want in zip(ort_run(result.model, feeds), expected, strict=True):
             assert got.dtype == want.dtype and got.shape == want.shape
             np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), atol=atol, rtol=rtol)
+
+
+def frozen_case_runs(case, min_opset: int, data: str) -> list[tuple[onnx.ModelProto, dict[str, np.ndarray], np.ndarray]]:
+    """A node test case's data sets with every input but ``data`` made an initializer (frame steps,
+    lengths, axes and windows are constants in exports): (model, feeds, expected output 0) each."""
+    m = runnable(case.model, min_opset)
+    runs = []
+    for inputs, expected in case.data_sets:
+        feeds = case_feeds(m, inputs)
+        consts = {k: feeds.pop(k) for k in list(feeds) if k != data}
+        runs.append((freeze_inputs(m, consts), feeds, expected[0]))
+    return runs
