@@ -86,6 +86,11 @@ def _hard_exit(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:  # check --jobs: release its queues' semaphores, else the resource tracker
+        # (which outlives us) warns of them as leaked when a signal ended the run mid-spawn
+        with contextlib.suppress(Exception):
+            mp_util._run_finalizers(0)
     os._exit(code)
 
 
