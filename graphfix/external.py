@@ -63,7 +63,7 @@ def load_small(model: onnx.ModelProto, base_dir: Path) -> None:
             del t.external_data[:]
 
 
-def session(model, base_dir: Path | str | None, tuned: bool = True, label: str = "the model"):
+def session(model, base_dir: Path | str | None, tuned: bool = True):
     """An onnxruntime CPU session in graphfix's worker process (:mod:`graphfix.runtime_worker`:
     a crash or an endless run cannot take graphfix down); external data is read from ``base_dir``
     by onnxruntime itself, and big inline initializers cross to it once, through shared memory,
@@ -83,7 +83,7 @@ def session(model, base_dir: Path | str | None, tuned: bool = True, label: str =
         raise GraphfixError("the model references external data but its folder is unknown (load it from a path)")
     stub, names, arrays = _hand_over(parts)
     folder = str(base_dir) if has_external(parts) else None
-    return runtime_worker.open_session(serialized(stub), names, arrays, folder, tuned, label)
+    return runtime_worker.open_session(serialized(stub), names, arrays, folder, tuned)
 
 
 def _node_inputs(graph: onnx.GraphProto) -> set[str]:

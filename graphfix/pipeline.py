@@ -337,7 +337,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         feeds = _feeds(model, settings, report, source, counter)
     if settings.simplify:
         step("simplifying (onnxsim)")
-        simplified = _simplify(model, settings, report, counter, feeds, before)
+        simplified = _simplify(model, settings, report, counter, feeds, before, source)
         if simplified is not model:
             model, before = simplified, _check(simplified, settings.trt)
     chosen = choose_passes(model, settings, before)
@@ -418,9 +418,10 @@ def _freeze(model: onnx.ModelProto, settings: Settings, report: Report, counter:
 
 
 def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counter: verify.SessionCounter, feeds,
-              before) -> onnx.ModelProto:
+              before, source: str | None = None) -> onnx.ModelProto:
     """--simplify (onnxsim) as a verified step; also rolled back when it writes an op the target
-    (or, without one, the newest release) rejects."""
+    (or, without one, the newest release) rejects. A model onnxruntime cannot run is refused as
+    without --simplify (exit 2), not a bug."""
     from graphfix import simplify as simplify_mod
 
     t0 = time.perf_counter()
@@ -440,7 +441,12 @@ def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counte
                                         nodes_after=len(model.graph.node), reason=f"rolled back: it writes what TensorRT "
                                         f"{target} rejects: {'; '.join(added[:3])}"))
         return model
-    return _whole_model_step("simplify", model, simplified, max(gone, 1), feeds, settings, report, counter, t0)
+    try:
+        return _whole_model_step("simplify", model, simplified, max(gone, 1), feeds, settings, report, counter, t0)
+    except verify.CannotRun as exc:
+        raise GraphfixError(f"--simplify: onnxruntime cannot run the input model, so the simplified one cannot be verified "
+                            f"({exc}); fix the inputs (--input-shapes/--val-range/--load-inputs) or use --no-verify",
+                            source) from exc
 
 
 def _whole_model_step(name: str, model: onnx.ModelProto, candidate: onnx.ModelProto, rewritten: int, feeds, settings: Settings,

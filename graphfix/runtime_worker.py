@@ -43,7 +43,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OnnxruntimeDied", "RemoteSession", "RuntimeFailure", "open_session", "simplify", "time_budget"]
+__all__ = ["OnnxruntimeDied", "RemoteSession", "RuntimeFailure", "open_session", "describing", "simplify", "time_budget"]
 
 import numpy as np
 
@@ -57,6 +57,7 @@ DEFAULT_TIMEOUT = 300.0
 MAX_TIMEOUT = 86400.0
 
 _BUDGET: contextvars.ContextVar[float] = contextvars.ContextVar("graphfix_runtime_budget", default=DEFAULT_TIMEOUT)
+_LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("graphfix_runtime_label", default="the model")
 _ALIGN = 64
 _HEADER = struct.Struct("!Q")
 _MAX_FDS = 4
@@ -76,6 +77,16 @@ def check_timeout(value: float) -> float:
     if not ok:
         raise GraphfixError(f"--timeout {value}: must be a number of seconds above 0 and at most {MAX_TIMEOUT:g}")
     return float(value)
+
+
+@contextlib.contextmanager
+def describing(label: str) -> Iterator[None]:
+    """Sessions opened inside are named so in a crash's or a timeout's line ("the fixed model")."""
+    token = _LABEL.set(label)
+    try:
+        yield
+    finally:
+        _LABEL.reset(token)
 
 
 @contextlib.contextmanager
@@ -323,11 +334,11 @@ class RemoteSession:
             self.worker.closing.append(self.sid)
 
 
-def open_session(stub: bytes, names: list[str], arrays: list[np.ndarray], base_dir: str | None, tuned: bool,
-                 label: str = "the model") -> RemoteSession:
+def open_session(stub: bytes, names: list[str], arrays: list[np.ndarray], base_dir: str | None,
+                 tuned: bool) -> RemoteSession:
     """A session in the worker for a serialized model whose big weights are ``arrays`` (handed to
     onnxruntime as OrtValues over shared memory) and whose external data lives in ``base_dir``."""
-    worker = _worker()
+    worker, label = _worker(), _LABEL.get()
     model_fd, _, _ = pack([("model", np.frombuffer(stub, np.uint8))])
     weights_fd, layout, _ = pack(list(zip(names, arrays, strict=True)))
     fds = [model_fd] + ([] if weights_fd is None else [weights_fd])

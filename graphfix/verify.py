@@ -25,6 +25,7 @@ from polygraphy.comparator.struct import IterationResult
 from polygraphy.logger import G_LOGGER
 
 from graphfix import report as report_mod
+from graphfix import runtime_worker
 from graphfix.atomic import reraise_swallowed_signal
 from graphfix.errors import GraphfixError
 from graphfix.model_io import Assembled, first_line, runtime_compatible
@@ -198,7 +199,8 @@ def session(model: onnx.ModelProto, base_dir=None, tuned: bool = True):
         return evaluator(model)
     from graphfix import external
 
-    return external.session(runtime_compatible(model), base_dir, tuned, "the input model")
+    with runtime_worker.describing("the input model"):
+        return external.session(runtime_compatible(model), base_dir, tuned)
 
 
 def run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: SessionCounter | None = None,
@@ -235,7 +237,8 @@ def _compare_run(parts: Assembled, feeds: Feeds, name: str, counter: SessionCoun
 
     if counter is not None:
         counter.count += 1
-    made = external.session(parts, base_dir, tuned, _LABELS.get(name, f"the model {name!r}"))
+    with runtime_worker.describing(_LABELS.get(name, f"the model {name!r}")):
+        made = external.session(parts, base_dir, tuned)
     try:
         its = []
         with quiet_polygraphy():
@@ -282,7 +285,8 @@ def _onnxruntime_col2im_dilation_ok() -> bool:
     try:
         from graphfix import external
 
-        got = external.session(m, None, tuned=False, label="a Col2Im probe").run(None, {"x": x})[0]
+        with runtime_worker.describing("a Col2Im probe"):
+            got = external.session(m, None, tuned=False).run(None, {"x": x})[0]
     except Exception:  # noqa: BLE001 - cannot run it: do not trust it
         return False
     return bool(np.allclose(got, ReferenceEvaluator(m).run(None, {"x": x})[0]))
