@@ -19,8 +19,11 @@ search, the noise floor and ``--simplify`` open lives in one worker process:
   pages, and the other side maps them (onnxruntime reads the weights in place, as OrtValues over
   the mapping). External data is read by onnxruntime from the model's folder, as before.
 
-The worker starts on the first session and serves every later one (starting it costs an
-onnxruntime import, ~0.3 s); one that died or was killed is replaced on the next session.
+The worker starts on the first session (``graphfix.fix`` starts it while it loads the model)
+and serves every later one (starting it costs an onnxruntime import, ~0.3 s); one that died or
+was killed is replaced on the next session. Requests are serialized (one at a time, whichever
+thread asks). ``GRAPHFIX_WORKER_STDERR=1`` lets the worker's stderr through (onnxruntime's own
+log, for debugging).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -199,9 +203,11 @@ class _Worker:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         root = str(Path(__file__).resolve().parent.parent)
         code = f"import sys; sys.path.insert(0, {root!r}); from graphfix.runtime_worker import serve; serve()"
+        # PR_SET_PDEATHSIG fires when the creating *thread* ends: only the main thread asks for it
+        with_thread = "0" if threading.current_thread() is threading.main_thread() else "1"
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", code, str(theirs.fileno()), str(os.getpid())], pass_fds=[theirs.fileno()],
+                [sys.executable, "-c", code, str(theirs.fileno()), str(os.getpid()), with_thread], pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=None if os.environ.get("GRAPHFIX_WORKER_STDERR") else subprocess.DEVNULL,
                 start_new_session=True, close_fds=True)
@@ -209,6 +215,7 @@ class _Worker:
             theirs.close()
         self.sock, self.pid = ours, os.getpid()
         self.closing: list[int] = []
+        self.lock = threading.Lock()  # one request at a time, whichever thread asks
 
     def alive(self) -> bool:
         return self.pid == os.getpid() and self.proc.poll() is None
@@ -227,6 +234,10 @@ class _Worker:
                     raise OnnxruntimeDied(f"onnxruntime did not finish {what} within {budget:g} s "
                                           "(the time budget; --timeout SECONDS sets it)")
 
+        with self.lock:
+            return self._request(message, fds, what, wait)
+
+    def _request(self, message: dict, fds: Sequence[int], what: str, wait) -> tuple[Any, list[int]]:
         ok = False
         try:
             if self.closing:
@@ -324,7 +335,7 @@ class RemoteSession:
     def close(self) -> None:
         """Free the session in the worker now (its weights' shared memory with it)."""
         if self.sid is not None and self.worker.alive():
-            with contextlib.suppress(OSError):
+            with self.worker.lock, contextlib.suppress(OSError):
                 _send(self.worker.sock, {"op": "close", "close": [self.sid]})
         self.sid = None
 
@@ -367,16 +378,24 @@ def simplify(model_bytes: bytes) -> bytes:
 
 
 # ---------------------------------------------------------------------------- the worker's side
-def _die_with_parent(parent: int) -> None:
-    """SIGKILL when the parent dies (a SIGKILLed graphfix leaves no onnxruntime computing)."""
-    try:
-        import ctypes
+def _die_with_parent(parent: int, from_thread: bool) -> None:
+    """End when the parent dies (a SIGKILLed graphfix leaves no onnxruntime computing): SIGKILL
+    from the kernel (PR_SET_PDEATHSIG, when a main thread started this process), and a watchdog
+    thread that looks every half second (onnxruntime releases the GIL while it computes)."""
+    if not from_thread:
+        try:
+            import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
         os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _map_bytes(fd: int) -> bytes:
@@ -444,7 +463,7 @@ class _Server:
 def serve() -> None:
     """The worker's loop (``sys.argv``: the socket's descriptor, the parent's pid)."""
     sock_fd, parent = int(sys.argv[1]), int(sys.argv[2])
-    _die_with_parent(parent)
+    _die_with_parent(parent, sys.argv[3] == "1")
     for s in (signal.SIGINT, signal.SIGTERM):  # the parent decides; it kills this process
         signal.signal(s, signal.SIG_IGN)
     sock = socket.socket(fileno=sock_fd)
