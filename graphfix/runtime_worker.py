@@ -222,6 +222,10 @@ class _Worker:
 
     def request(self, message: dict, fds: Sequence[int], what: str) -> tuple[Any, list[int]]:
         """Send, wait for the answer within the budget; a dead or late worker ends the run."""
+        with self.lock:
+            return self._request(message, fds, what)
+
+    def _request(self, message: dict, fds: Sequence[int], what: str) -> tuple[Any, list[int]]:
         budget = _BUDGET.get()
         deadline = time.monotonic() + budget
         poller = select.poll()
@@ -234,10 +238,6 @@ class _Worker:
                     raise OnnxruntimeDied(f"onnxruntime did not finish {what} within {budget:g} s "
                                           "(the time budget; --timeout SECONDS sets it)")
 
-        with self.lock:
-            return self._request(message, fds, what, wait)
-
-    def _request(self, message: dict, fds: Sequence[int], what: str, wait) -> tuple[Any, list[int]]:
         ok = False
         try:
             if self.closing:
