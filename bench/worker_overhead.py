@@ -61,18 +61,22 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--ext-weights", type=int, default=4)
     ap.add_argument("--ext-dim", type=int, default=12288)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--models", default="chain,ext", help="which models: chain, ext or both")
     args = ap.parse_args(argv)
     print("| model | run | before wall s | worker wall s | before CPU s | worker CPU s | CPU ratio | before peak MB | worker peak MB |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as d:
         chain, ext = Path(d, "chain.onnx"), Path(d, "ext.onnx")
-        subprocess.run([sys.executable, "-c", f"import sys; sys.path[:0] = ['bench', 'tests']; import onnx, scale; "
-                        f"onnx.save(scale.chain({args.blocks}, 64), {str(chain)!r})"], cwd=ROOT, check=True)
-        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import onnx; from test_external_data "
-                        f"import _chain; onnx.save(_chain({args.ext_weights}, {args.ext_dim}, value=1e-5), {str(ext)!r}, "
-                        "save_as_external_data=True, location='ext.data')"], cwd=ROOT, check=True)
-        models = [(f"chain, {4 * args.blocks} nodes, {chain.stat().st_size / 2**20:.0f} MB inline", chain),
-                  (f"external data, {args.ext_weights * args.ext_dim**2 * 4 / 2**30:.2f} GB", ext)]
+        models = []
+        if "chain" in args.models:
+            subprocess.run([sys.executable, "-c", f"import sys; sys.path[:0] = ['bench', 'tests']; import onnx, scale; "
+                            f"onnx.save(scale.chain({args.blocks}, 64), {str(chain)!r})"], cwd=ROOT, check=True)
+            models.append((f"chain, {4 * args.blocks} nodes, {chain.stat().st_size / 2**20:.0f} MB inline", chain))
+        if "ext" in args.models:
+            subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import onnx; from test_external_data "
+                            f"import _chain; onnx.save(_chain({args.ext_weights}, {args.ext_dim}, value=1e-5), {str(ext)!r}, "
+                            "save_as_external_data=True, location='ext.data')"], cwd=ROOT, check=True)
+            models.append((f"external data, {args.ext_weights * args.ext_dim**2 * 4 / 2**30:.2f} GB", ext))
         for label, src in models:
             for run, extra in (("verified", []), ("--no-verify", ["--no-verify"])):
                 t0, c0, p0 = measure(args.before, [str(src), str(Path(d, "out.onnx")), *extra], args.repeat)
