@@ -6,7 +6,8 @@ graphfix's worker process must be an exit 2 here, not the end of the test proces
 2, never a traceback; on exit 2 exactly one line on stderr (captured at the file-descriptor
 level) and no output file, report, sidecar or temp file; the input and its weights unchanged.
 
-CI profile: 2000 mutations (about 10 s here); ``pytest -m slow``: a collecting run over several
+CI profile: 2000 mutations (about 10 s here before the semantic mutations, which run onnxruntime
+on more of them, ~30 endless Loops each stopped at the 0.5 s budget); ``pytest -m slow``: a collecting run over several
 seeds, 100000 mutations (``GRAPHFIX_FUZZ=N`` for another count), that records every broken
 promise (an exit 3 above all) instead of stopping at the first, and lists them at the end.
 """
