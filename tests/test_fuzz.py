@@ -2,14 +2,16 @@
 bit flips, truncations, deleted and duplicated fields, huge declared sizes, bad external-data
 locations, and semantic ones onnxruntime may crash or hang on (empty input names, symbolic dims,
 endless Loops) — each run through ``graphfix.cli.main`` in-process (a crash of onnxruntime in
-graphfix's worker process must be an exit 2 here, not the end of the test process). Every run must end with exit 0 or
-2, never a traceback; on exit 2 exactly one line on stderr (captured at the file-descriptor
-level) and no output file, report, sidecar or temp file; the input and its weights unchanged.
+graphfix's worker process must be an exit 2 here, not the end of the test process). Every run
+must end with exit 0 or 2, never a traceback; on exit 2 exactly one line on stderr (captured at
+the file-descriptor level) and no output file, report, sidecar or temp file; the input and its
+weights unchanged.
 
 CI profile: 2000 mutations (about 10 s here before the semantic mutations, which run onnxruntime
-on more of them, ~30 endless Loops each stopped at the 0.5 s budget); ``pytest -m slow``: a collecting run over several
-seeds, 100000 mutations (``GRAPHFIX_FUZZ=N`` for another count), that records every broken
-promise (an exit 3 above all) instead of stopping at the first, and lists them at the end.
+on more of them, ~30 endless Loops each stopped at the 0.5 s budget); ``pytest -m slow``: a
+collecting run over several seeds, 100000 mutations (``GRAPHFIX_FUZZ=N`` for another count), that
+records every broken promise (an exit 3 above all) instead of stopping at the first, and lists
+them at the end.
 """
 
 from __future__ import annotations
