@@ -257,3 +257,21 @@ def test_onnxruntime_errors_come_back_as_their_message():
         from graphfix import external
 
         external.session(unrunnable(), None).run(None, {"x": np.ones((2, 3), np.float32)})
+
+
+def test_no_session_of_the_users_model_opens_in_graphfix_itself(monkeypatch):
+    """Verification, the shape search and the noise floor all run in the worker: with sessions
+    forbidden in this process the demo is still verified in two sessions (only the cached probe of
+    which IR version and opset onnxruntime reads loads a one-node model here)."""
+    import onnxruntime
+
+    from graphfix.model_io import runtime_limits
+
+    runtime_limits()
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("an onnxruntime session in graphfix's own process")
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", forbidden)
+    result = graphfix.fix(str(DEMO), "all")
+    assert result.report.sessions == 2 and any(p.verdict == "kept" for p in result.report.passes)
