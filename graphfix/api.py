@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from graphfix import atomic, options, paths, pipeline, report
+from graphfix import atomic, options, paths, pipeline, report, runtime_worker
+from graphfix.errors import OnnxruntimeDied
 from graphfix.model_io import check_graph, load_model, save_model
 from graphfix.passes.base import Pass
 from graphfix.report import Report
@@ -113,6 +114,7 @@ def fix(
     fix_shapes: dict[str, Sequence[int]] | None = None,
     simplify: bool = False,
     max_memory: str | int = DEFAULT_MAX_MEMORY,
+    timeout: float | None = None,
 ) -> FixResult:
     """Run the pass pipeline on a model (path or ModelProto), verifying each pass on onnxruntime.
 
@@ -129,15 +131,22 @@ def fix(
     folds is folded; verified against the original at those shapes). ``simplify``: onnxsim first
     (``graphfix[simplify]``), verified and rolled back like a pass. ``max_memory`` (bytes, or
     ``"4G"``): candidate verification shapes whose run is estimated above it are not tried.
-    Bad settings, paths or inputs raise GraphfixError before any work.
+    ``timeout``: seconds one onnxruntime step may take (graphfix.runtime_worker.DEFAULT_TIMEOUT
+    when None).
+    Bad settings, paths or inputs raise GraphfixError before any work; onnxruntime crashing or
+    outlasting ``timeout`` raises :class:`~graphfix.errors.OnnxruntimeDied` (a BaseException).
     """
     options.check_settings(passes=passes, iterations=iterations, seed=seed, atol=atol, rtol=rtol, val_range=val_range,
                            max_memory=max_memory)
     for option, given in (("--input-shapes", input_shapes), ("--fix-shapes", fix_shapes), ("--trt-*-shapes", list(profile_shapes))):
         options.check_dims(option, [s for s in ([given] if isinstance(given, dict) else list(given or []))])
+    if timeout is not None:
+        runtime_worker.check_timeout(timeout)
     source = None if isinstance(model, onnx.ModelProto) else str(model)
     inputs_file = None if inputs is None or isinstance(inputs, list | tuple) else str(inputs)
     paths.plan_fix(source, output, load_inputs=inputs_file)
+    if verify or simplify:  # the worker imports onnxruntime while this process loads the model
+        runtime_worker.start()
     if progress is not None:
         progress("loading the model")
     if isinstance(model, onnx.ModelProto):
@@ -155,7 +164,12 @@ def fix(
         max_memory=options.parse_memory(max_memory),
         base_dir=None if source is None else str(Path(source).resolve().parent),
     )
-    outcome = pipeline.run(model, settings, source, None if output is None else str(output), progress)
+    try:
+        with runtime_worker.time_budget(timeout):
+            outcome = pipeline.run(model, settings, source, None if output is None else str(output), progress)
+    except OnnxruntimeDied as exc:
+        exc.path = exc.path or source
+        raise
     outcome.base_dir = settings.base_dir
     _describe_inputs(outcome.report, model, outcome.feeds, loaded=inputs is not None)
     result = FixResult(outcome.report, outcome)

@@ -150,6 +150,17 @@ def hold_signals() -> None:
         _SIG.defer += 1
 
 
+def release_signals() -> None:
+    """Undo :func:`hold_signals` once the files are committed: a batch (``--out-dir``) has finished
+    one model and a signal held meanwhile now ends the run before the next model starts."""
+    if _SIG.held:
+        _SIG.held = False
+        _SIG.defer -= 1
+        if _SIG.defer == 0 and _SIG.pending is not None:
+            pending, _SIG.pending = _SIG.pending, None
+            raise_for(pending)
+
+
 def drop_pending_signal() -> None:
     _SIG.pending = None
 

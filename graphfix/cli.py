@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from graphfix import __version__
 from graphfix.atomic import Terminated, deferred_signals, first_line, signal_raised, signals_as_exceptions
 from graphfix.commands import COMMANDS
-from graphfix.errors import GraphfixError, cut, visible
+from graphfix.errors import GraphfixError, OnnxruntimeDied, cut, visible
 
 #: Exit codes: 0 done, 1 --strict failure / check found blocking nodes, 2 bad input,
 #: 3 a bug in graphfix (one line; --verbose shows the traceback), 4 written but the --trt target
@@ -106,6 +106,8 @@ def _exit(exc: BaseException, verbose: bool) -> int:
     if isinstance(exc, BrokenPipeError):  # the reader has what it wanted: a normal end, no message
         discard_stdout()
         return EXIT_BROKEN_PIPE
+    if isinstance(exc, OnnxruntimeDied) and not verbose:  # a crash or endless run in the worker process
+        return _say(f"graphfix: error: {exc}", exc.exit_code)
     if verbose or not isinstance(exc, Exception):
         raise exc
     if isinstance(exc, GraphfixError):

@@ -1,4 +1,4 @@
-"""The one exception type users see: a one-line message that names the file and the problem."""
+"""The exception types users see: a one-line message that names the file and the problem."""
 
 from __future__ import annotations
 
@@ -28,3 +28,20 @@ def cut(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}…({len(text)} characters)"
+
+
+class OnnxruntimeDied(BaseException):  # noqa: N818 - like KeyboardInterrupt, it ends the run
+    """onnxruntime crashed or outlasted the time budget in graphfix's worker process
+    (graphfix.runtime_worker). Exit code 2 like a GraphfixError, but a BaseException: the
+    pipeline's ``except Exception`` fallbacks (onnxruntime's default settings, the next candidate
+    shape, pass by pass) would only crash or wait again."""
+
+    exit_code = 2
+
+    def __init__(self, what: str, path: str | None = None) -> None:
+        super().__init__(what)
+        self.what, self.path = what, path
+
+    def __str__(self) -> str:
+        where = f"{self.path}: " if self.path else ""
+        return f"{where}{self.what}; --no-verify skips verification"

@@ -7,8 +7,9 @@ files, because one protobuf message cannot exceed 2 GiB. graphfix never loads th
   may fold) are read in, the rest stay references (name, type, dims, location/offset/length);
 * passes never need weight values (folding has a size limit), and the export reuses the
   reference protos;
-* onnxruntime reads the weight files itself (``session.model_external_initializers_file_folder_path``),
-  so a session gets the model without its weights (no serialized copy);
+* onnxruntime (in graphfix's worker process) reads the weight files itself
+  (``session.model_external_initializers_file_folder_path``), so a session gets the model without
+  its weights (no serialized copy);
 * the output is written as ``OUT.onnx`` plus one data file (``OUT.onnx.data`` or
   ``--external-data NAME``), every tensor's bytes copied from its source in chunks, one tensor at
   a time. Models that had no external data and fit in 2 GiB stay one file.
@@ -63,37 +64,26 @@ def load_small(model: onnx.ModelProto, base_dir: Path) -> None:
 
 
 def session(model, base_dir: Path | str | None, tuned: bool = True):
-    """An onnxruntime CPU session; external data is read from ``base_dir`` by onnxruntime itself,
-    and big inline initializers are handed over as OrtValues over their bytes (see
-    :func:`_hand_over`), so the session gets no serialized copy of the weights.
+    """An onnxruntime CPU session in graphfix's worker process (:mod:`graphfix.runtime_worker`:
+    a crash or an endless run cannot take graphfix down); external data is read from ``base_dir``
+    by onnxruntime itself, and big inline initializers cross to it once, through shared memory,
+    and are handed over as OrtValues over those bytes (see :func:`_hand_over`), so the session
+    gets no serialized copy of the weights.
 
     Tuned for the few runs verification makes, on graphs of any size: graph optimizations off
     (both sides run the graph's own ops; on a 100k-node export creating the session took 34.7 s
     with them, 10.8 s without) and no memory pattern (planned during the first run: 33.7 s for
     that run, 0.18 s without). ``tuned=False``: onnxruntime's defaults, for the models those
     settings cannot run (see :func:`graphfix.verify.run`)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    if tuned:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.enable_mem_pattern = False
-    from graphfix.model_io import Assembled
+    from graphfix import runtime_worker
+    from graphfix.model_io import Assembled, serialized
 
     parts = Assembled.of(model)
-    if has_external(parts):
-        if base_dir is None:
-            raise GraphfixError("the model references external data but its folder is unknown (load it from a path)")
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
+    if has_external(parts) and base_dir is None:
+        raise GraphfixError("the model references external data but its folder is unknown (load it from a path)")
     stub, names, arrays = _hand_over(parts)
-    values = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]
-    if names:
-        options.add_external_initializers(names, values)
-    from graphfix.model_io import serialized
-
-    made = ort.InferenceSession(serialized(stub), options, providers=["CPUExecutionProvider"])
-    made.graphfix_weights = (values, arrays)  # onnxruntime reads them in place: alive as long as the session
-    return made
+    folder = str(base_dir) if has_external(parts) else None
+    return runtime_worker.open_session(serialized(stub), names, arrays, folder, tuned)
 
 
 def _node_inputs(graph: onnx.GraphProto) -> set[str]:

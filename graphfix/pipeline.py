@@ -342,7 +342,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     feeds = _LazyFeeds(model, settings, report, source, counter, step)  # chosen when something needs them
     if settings.simplify:
         step("simplifying (onnxsim)")
-        simplified = _simplify(model, settings, report, counter, feeds, before)
+        simplified = _simplify(model, settings, report, counter, feeds, before, source)
         if simplified is not model:
             model, before = simplified, _check(simplified, settings.trt)
     chosen = choose_passes(model, settings, before)
@@ -422,10 +422,11 @@ def _freeze(model: onnx.ModelProto, settings: Settings, report: Report, counter:
 
 
 def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counter: verify.SessionCounter,
-              feeds: _LazyFeeds, before) -> onnx.ModelProto:
+              feeds: _LazyFeeds, before, source: str | None = None) -> onnx.ModelProto:
     """--simplify (onnxsim) as a verified step; also rolled back when it writes an op the target
     (or, without one, the newest release) rejects. The feeds are chosen only when onnxsim changed
-    the graph: a simplification that changes nothing costs no session."""
+    the graph: a simplification that changes nothing costs no session. A model onnxruntime cannot
+    run is refused as without --simplify (exit 2), not a bug."""
     from graphfix import simplify as simplify_mod
 
     t0 = time.perf_counter()
@@ -449,8 +450,13 @@ def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counte
                                         nodes_after=len(model.graph.node), reason=f"rolled back: it writes what TensorRT "
                                         f"{target} rejects: {'; '.join(added[:3])}"))
         return model
-    return _whole_model_step("simplify", model, simplified, max(gone, 1), feeds.get() if settings.verify else [], settings,
-                             report, counter, t0)
+    try:
+        return _whole_model_step("simplify", model, simplified, max(gone, 1), feeds.get() if settings.verify else [],
+                                 settings, report, counter, t0)
+    except verify.CannotRun as exc:
+        raise GraphfixError(f"--simplify: onnxruntime cannot run the input model, so the simplified one cannot be verified "
+                            f"({exc}); fix the inputs (--input-shapes/--val-range/--load-inputs) or use --no-verify",
+                            source) from exc
 
 
 def _same_graph(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:

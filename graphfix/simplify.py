@@ -9,11 +9,6 @@ export gained them), which no TensorRT parser imports.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-from collections.abc import Iterator
-
 import onnx
 
 from graphfix.errors import GraphfixError
@@ -23,16 +18,19 @@ MISSING = "--simplify needs onnx-simplifier: pip install 'graphfix[simplify]'"
 
 
 def simplify(model: onnx.ModelProto) -> onnx.ModelProto:
-    """onnxsim's simplification of ``model`` (its own check off: graphfix verifies it itself), with
-    the outputs it folded to constants computed by Constant nodes (:func:`feed_outputs`)."""
+    """onnxsim's simplification of ``model`` (its own check off: graphfix verifies it itself), in
+    graphfix's onnxruntime worker process (onnxsim folds constants by running onnxruntime, which
+    may crash or never end on a model it cannot run: graphfix.runtime_worker), with the outputs it
+    folded to constants computed by Constant nodes (:func:`feed_outputs`)."""
     try:
-        import onnxsim
+        import onnxsim  # noqa: F401 - installed? It runs in the worker
     except ImportError as exc:
         raise GraphfixError(MISSING) from exc
+    from graphfix import runtime_worker
+
     try:
-        with _quiet_fds():  # onnxsim's C++ core prints "WARNING: failed to run ..." per node
-            simplified, _ = onnxsim.simplify(model, check_n=0)
-    except Exception as exc:  # noqa: BLE001 - onnxsim raises many types; the run goes on without it
+        simplified = onnx.load_from_string(runtime_worker.simplify(model.SerializeToString()))
+    except runtime_worker.RuntimeFailure as exc:  # onnxsim raises many types; the run goes on without it
         raise SimplifyFailed(first_line(exc)) from exc
     return feed_outputs(simplified)
 
@@ -74,18 +72,3 @@ def new_blockers(before, after) -> list[str]:
     return sorted({f"{f.op}: {f.message}" for f in after.findings if f.severity == "blocking" and (f.op, f.message) not in seen})
 
 
-@contextlib.contextmanager
-def _quiet_fds() -> Iterator[None]:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, devnull):
-            os.close(fd)

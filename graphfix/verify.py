@@ -1,8 +1,10 @@
 """onnxruntime verification: inputs made once, one session per graph state, polygraphy comparison.
 
-Inputs come from polygraphy's DataLoader (seeded, dtype-aware); runs go through polygraphy's
-Comparator so results are polygraphy RunResults that ``polygraphy run --load-outputs`` reads;
-comparisons use polygraphy's SimpleCompareFunc (abs/rel tolerance per output).
+Inputs come from polygraphy's DataLoader (seeded, dtype-aware); sessions run in graphfix's
+onnxruntime worker process (graphfix.runtime_worker: a crash or an endless run there ends the
+run in one line instead of taking graphfix down) and their outputs are polygraphy RunResults
+that ``polygraphy run --load-outputs`` reads; comparisons use polygraphy's SimpleCompareFunc
+(abs/rel tolerance per output).
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from polygraphy.backend.onnxrt import OnnxrtRunner
 from polygraphy.common import TensorMetadata
-from polygraphy.comparator import Comparator, DataLoader, RunResults
+from polygraphy.comparator import DataLoader, RunResults
 from polygraphy.comparator.compare import SimpleCompareFunc
 from polygraphy.comparator.struct import IterationResult
 from polygraphy.logger import G_LOGGER
 
 from graphfix import report as report_mod
+from graphfix import runtime_worker
 from graphfix.atomic import reraise_swallowed_signal
 from graphfix.errors import GraphfixError
 from graphfix.model_io import Assembled, first_line, runtime_compatible
@@ -199,14 +201,15 @@ DEFAULT_SETTINGS_NOTE = ("onnxruntime could not run the model with verification'
 
 
 def session(model: onnx.ModelProto, base_dir=None, tuned: bool = True):
-    """A bare onnxruntime CPU session (the candidate-shape search)."""
+    """A bare onnxruntime CPU session (the candidate-shape search), in graphfix's worker process."""
     if any(n.op_type == "ATen" for n in model.graph.node):  # onnxruntime has no ATen kernels
         from graphfix.aten_reference import evaluator
 
         return evaluator(model)
     from graphfix import external
 
-    return external.session(runtime_compatible(model), base_dir, tuned)
+    with runtime_worker.describing("the input model"):
+        return external.session(runtime_compatible(model), base_dir, tuned)
 
 
 def run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: SessionCounter | None = None,
@@ -237,15 +240,29 @@ def run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: Se
 
 
 def _compare_run(parts: Assembled, feeds: Feeds, name: str, counter: SessionCounter | None, base_dir, tuned: bool) -> RunResults:
+    """One session (in graphfix's onnxruntime worker, graphfix.runtime_worker), run on every feed,
+    as polygraphy's RunResults (what ``polygraphy run --load-outputs`` reads)."""
     from graphfix import external
 
-    runner = OnnxrtRunner(lambda: external.session(parts, base_dir, tuned), name=name)
     if counter is not None:
         counter.count += 1
-    with quiet_polygraphy():
-        results = Comparator.run([runner], data_loader=feeds)
+    with runtime_worker.describing(_LABELS.get(name, f"the model {name!r}")):
+        made = external.session(parts, base_dir, tuned)
+    try:
+        its = []
+        with quiet_polygraphy():
+            for feed in feeds:
+                outputs = made.run_named(feed)
+                its.append(IterationResult(outputs, runtime=made.last_runtime, runner_name=name))
+    finally:
+        made.close()
     reraise_swallowed_signal()
-    return results
+    return RunResults([(name, its)])
+
+
+#: What a session runs, as a failure names it.
+_LABELS = {"original": "the input model", "graphfix-probe": "the verification probe (the input model with every "
+           "rewritten region beside it)", "graphfix-fixed": "the fixed model", "graphfix-noise": "the input model (noise floor)"}
 
 
 def _wrong_in_onnxruntime(model: onnx.ModelProto, initializers: list[onnx.TensorProto] | None = None) -> bool:
@@ -353,8 +370,8 @@ def _onnxruntime_dft_length_ok() -> bool:
 
 @functools.cache
 def _onnxruntime_col2im_dilation_ok() -> bool:
-    """Asked of the installed onnxruntime: a 2-channel 1-D Col2Im with dilation 2 against the reference."""
-    import onnxruntime as ort
+    """Asked of the installed onnxruntime (in the worker): a 2-channel 1-D Col2Im with dilation 2
+    against the reference."""
     from onnx import TensorProto, helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
@@ -366,7 +383,10 @@ def _onnxruntime_col2im_dilation_ok() -> bool:
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
     x = np.arange(30, dtype=np.float32).reshape(1, 6, 5)  # two channels: one alone comes out right
     try:
-        got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        from graphfix import external
+
+        with runtime_worker.describing("a Col2Im probe"):
+            got = external.session(m, None, tuned=False).run(None, {"x": x})[0]
     except Exception:  # noqa: BLE001 - cannot run it: do not trust it
         return False
     return bool(np.allclose(got, ReferenceEvaluator(m).run(None, {"x": x})[0]))

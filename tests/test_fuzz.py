@@ -1,16 +1,22 @@
 """Fuzz the command line with broken models (issue 9): random mutations of valid model bytes —
 bit flips, truncations, deleted and duplicated fields, huge declared sizes, bad external-data
-locations — each run through ``graphfix.cli.main`` in-process. Every run must end with exit 0 or
-2, never a traceback; on exit 2 exactly one line on stderr (captured at the file-descriptor
-level) and no output file, report, sidecar or temp file; the input and its weights unchanged.
+locations, and semantic ones onnxruntime may crash or hang on (empty input names, symbolic dims,
+endless Loops) — each run through ``graphfix.cli.main`` in-process (a crash of onnxruntime in
+graphfix's worker process must be an exit 2 here, not the end of the test process). Every run
+must end with exit 0 or 2, never a traceback; on exit 2 exactly one line on stderr (captured at
+the file-descriptor level) and no output file, report, sidecar or temp file; the input and its
+weights unchanged.
 
-CI profile: 2000 mutations (about 10 s here); ``pytest -m slow``: a collecting run over several
-seeds, 100000 mutations (``GRAPHFIX_FUZZ=N`` for another count), that records every broken
-promise (an exit 3 above all) instead of stopping at the first, and lists them at the end.
+CI profile: 2000 mutations (about 10 s here before the semantic mutations, which run onnxruntime
+on more of them, ~30 endless Loops each stopped at the 0.5 s budget); ``pytest -m slow``: a
+collecting run over several seeds, 100000 mutations (``GRAPHFIX_FUZZ=N`` for another count), that
+records every broken promise (an exit 3 above all) instead of stopping at the first, and lists
+them at the end.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import shutil
@@ -34,6 +40,9 @@ SEEDS = [
 ]
 EXTERNAL = "external"  # a seed whose weights live in in.data
 HUGE = [2**31, 2**40, 2**62, -1, -(2**40), 0]
+#: Seconds an onnxruntime step may take in the fuzz (the fixtures run in milliseconds; an endless
+#: Loop is stopped there, exit 2).
+TIMEOUT = 0.5
 #: Option sets the runs rotate through: verified, unverified, TensorRT-targeted (check + auto passes).
 OPTIONS = [[], [], ["--no-verify"], ["--passes", "auto", "--trt", "8.6"], ["--trt", "7.2", "--iterations", "2"]]
 Rng = np.random.Generator
@@ -195,8 +204,46 @@ def clear_field(m: onnx.ModelProto, rng: Rng) -> str:
     return f"clear {type(msg).__name__}.{name}"
 
 
+#: Trip count of the endless Loop a semantic mutation adds (with a constant true condition).
+ENDLESS = 10**12
+
+
+def semantic(m: onnx.ModelProto, rng: Rng) -> str:
+    """A model that still parses and checks but that onnxruntime may crash or hang on (issue 23):
+    an input becomes the empty name (an omitted optional input: Einsum(["x", ""]) with a symbolic
+    dim segfaulted onnxruntime), a dim becomes symbolic, or an output goes through a Loop with a
+    huge trip count and a constant true condition (runs for hours in one onnxruntime call)."""
+    g = m.graph
+    k = rng.choice(3, p=[0.45, 0.45, 0.1])
+    if k == 0 and g.node:
+        n = g.node[int(rng.integers(len(g.node)))]
+        if n.input:
+            i = int(rng.integers(len(n.input)))
+            n.input[i] = ""
+            return f"{n.op_type} input {i} = ''"
+    dims = [d for vi in [*g.input, *g.output] if vi.type.HasField("tensor_type") for d in vi.type.tensor_type.shape.dim]
+    if k <= 1 and dims:
+        d = dims[int(rng.integers(len(dims)))]
+        d.dim_param = ["N", "M", "batch", "s0"][int(rng.integers(4))]
+        return f"dim -> {d.dim_param}"
+    if g.output and g.output[0].type.HasField("tensor_type"):
+        y = g.output[0]
+        elem = y.type.tensor_type.elem_type
+        body = onnx.helper.make_graph(
+            [node("Identity", ["c_in"], ["c_out"]), node("Identity", ["v_in"], ["v_out"])], "endless",
+            [onnx.helper.make_tensor_value_info("i", onnx.TensorProto.INT64, []),
+             onnx.helper.make_tensor_value_info("c_in", onnx.TensorProto.BOOL, []), onnx.helper.make_tensor_value_info("v_in", elem, None)],
+            [onnx.helper.make_tensor_value_info("c_out", onnx.TensorProto.BOOL, []), onnx.helper.make_tensor_value_info("v_out", elem, None)])
+        g.initializer.extend([numpy_helper.from_array(np.array(ENDLESS, np.int64), "gf_fuzz_trip"),
+                              numpy_helper.from_array(np.array(True), "gf_fuzz_cond")])
+        g.node.append(onnx.helper.make_node("Loop", ["gf_fuzz_trip", "gf_fuzz_cond", y.name], ["gf_fuzz_looped"], body=body))
+        y.name = "gf_fuzz_looped"
+        return f"Loop with trip count {ENDLESS}"
+    return "nothing to mutate semantically"
+
+
 BYTE_MUTATIONS = [flip_bits, truncate, splice, huge_length]
-PROTO_MUTATIONS = [delete_or_duplicate, huge_sizes, retype, clear_field]
+PROTO_MUTATIONS = [delete_or_duplicate, huge_sizes, retype, clear_field, semantic]
 
 
 def mutate(data: bytes, rng: Rng) -> tuple[bytes, str]:
@@ -246,15 +293,21 @@ def fuzz(count: int, seed: int, work: Path, capfd, found: list[str] | None = Non
     return codes
 
 
+#: How many runs ended because onnxruntime crashed or outlasted --timeout in graphfix's worker.
+RUNTIME_STOPS: collections.Counter[str] = collections.Counter()
+
+
 def _check_case(case: Path, extra: list[str], capfd, label: str) -> int:
     """One run on ``case/in.onnx``: exit 0 with the files written, or exit 2 with one line and
     nothing written; the input and its weights untouched either way."""
     before = {p.name: _digest(p) for p in case.iterdir()}
     dst, rep = case / "out.onnx", case / "r.json"
-    rc = main([str(case / "in.onnx"), str(dst), "--quiet", "--report", str(rep), *extra])
+    rc = main([str(case / "in.onnx"), str(dst), "--quiet", "--report", str(rep), "--timeout", str(TIMEOUT), *extra])
     err = capfd.readouterr().err
     label = f"{label} exit {rc}: {err!r}"
     assert rc in (0, 2, 4), label  # 4: written, but the --trt target still rejects it
+    for kind in ("died of", "did not finish"):  # onnxruntime crashed / hung in the worker: exit 2
+        RUNTIME_STOPS[kind] += kind in err
     assert "Traceback" not in err, label
     assert {p.name: _digest(p) for p in case.iterdir() if p.name in before} == before, label
     if rc == 2:
@@ -292,5 +345,6 @@ def test_fuzz_cli_collecting(tmp_path, capfd):
     summary = f"{sum(codes.values()) + len(found)} mutations in {time.monotonic() - started:.0f} s, exits {codes}"
     with capfd.disabled():
         print(f"\nfuzz: {summary}, {len(found)} broken promise(s), "
-              f"{sum(' exit 3: ' in f for f in found)} exit 3")
+              f"{sum(' exit 3: ' in f for f in found)} exit 3, onnxruntime stopped in its worker (exit 2): "
+              f"{dict(RUNTIME_STOPS)}")
     assert not found, f"{summary}; {len(found)} broken:\n" + "\n".join(found[:50])

@@ -8,10 +8,10 @@ import threading
 import time
 from pathlib import Path
 
-from graphfix import atomic, options, paths
+from graphfix import atomic, options, paths, runtime_worker
 from graphfix import report as report_mod
 from graphfix.api import FixResult, fix, write_report_files
-from graphfix.errors import GraphfixError, visible
+from graphfix.errors import GraphfixError, OnnxruntimeDied, visible
 from graphfix.model_io import Assembled, first_line, save_model
 from graphfix.report import ERROR, ROLLED_BACK
 from graphfix.trt import engine as trt_engine
@@ -73,6 +73,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--max-memory", metavar="SIZE", default="4G",
                    help="verification shapes are searched for only where one onnxruntime run is estimated below this "
                         "(bytes, or K/M/G: 4G, the default, 512M); the report says which budget chose the shapes")
+    v.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help=f"stop onnxruntime when one step (making a session, one run) takes longer than this "
+                        f"(default {runtime_worker.DEFAULT_TIMEOUT:g}, at most {runtime_worker.MAX_TIMEOUT:g}); "
+                        "the run then ends with exit 2")
     t = p.add_argument_group("TensorRT engine (needs graphfix[trt] and a GPU)")
     t.add_argument("--build", metavar="ENGINE", help="build the fixed model with polygraphy and compare TensorRT with onnxruntime")
     for which in ("min", "opt", "max"):
@@ -162,7 +166,10 @@ _BATCH_PRIORITY = (3, 2, 1, 4, 0)
 
 def _fix_many(args: argparse.Namespace) -> int:
     """Every model in turn into --out-dir (a team fixing a folder of exports in CI); a model that is
-    refused is said in one line and the others go on; --report names get the model's name in front."""
+    refused (onnxruntime crashing or outlasting --timeout on it included) is said in one line and
+    the others go on; --report and --external-data names get the model's name in front. Each model
+    is a transaction: SIGINT/SIGTERM end the batch after at most the model in flight (its files
+    whole, or absent when the signal came before its commit)."""
     from graphfix.cli import _exit  # the one-line error and code a single run would give
 
     if args.build:
@@ -176,11 +183,15 @@ def _fix_many(args: argparse.Namespace) -> int:
         one = argparse.Namespace(**vars(args))
         output, named = paths.batch_names(source, out_dir, reports)
         one.input, one.output, one.report = source, str(output), [str(r) for r in named]
+        if args.external_data is not None:  # one data file per model, named like its reports
+            data = Path(args.external_data)
+            one.external_data = str(data.with_name(f"{Path(source).stem}.{data.name}"))
         try:
             code = fix_one(one)
-        except GraphfixError as exc:
+        except (GraphfixError, OnnxruntimeDied) as exc:  # the model is refused; the others go on
             code = _exit(exc, False)
         codes.append(code)
+        atomic.release_signals()  # a signal during this model's commit ends the batch here
     done = sum(c in (0, 4) for c in codes)
     print(f"graphfix: {done} of {len(codes)} model(s) written to {out_dir} ({codes.count(4)} still rejected by the target, "
           f"{len(codes) - done} not written)", file=sys.stderr)
@@ -194,6 +205,8 @@ def fix_one(args: argparse.Namespace) -> int:
     val_range = parse_val_ranges(args.val_range)
     options.check_settings(passes=args.passes, iterations=args.iterations, seed=args.seed, atol=args.atol, rtol=args.rtol,
                            val_range=val_range, max_memory=args.max_memory)
+    if args.timeout is not None:
+        runtime_worker.check_timeout(args.timeout)
     if args.trt is not None:
         trt_support.resolve(args.trt)  # a typo ('86') is refused before any work
     profile = parse_profile_shapes(args.trt_min_shapes, args.trt_opt_shapes, args.trt_max_shapes)
@@ -209,7 +222,7 @@ def fix_one(args: argparse.Namespace) -> int:
             iterations=args.iterations, input_shapes=parse_shape_sets(args.input_shapes), verify_each=args.verify_each,
             profile_shapes=_profile_sets(args), progress=status,
             val_range=val_range, inputs=args.load_inputs, fix_shapes=parse_input_shapes(args.fix_shapes),
-            simplify=args.simplify, max_memory=args.max_memory,
+            simplify=args.simplify, max_memory=args.max_memory, timeout=args.timeout,
         )
     except BaseException:
         if status is not None:
