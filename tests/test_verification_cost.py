@@ -12,6 +12,7 @@ import pytest
 import graphfix
 from fixtures.recipes import fold_clip, mod_decompose
 from fixtures.recipes._onnx import FLOAT, const, inp, model, node, out
+from graphfix import runtime_worker
 from graphfix.cli import main
 
 
@@ -27,7 +28,8 @@ def _unrunnable_anywhere():
 
 @pytest.fixture
 def no_sessions(monkeypatch):
-    """Every onnxruntime session made during the test, counted (and refused). What the installed
+    """Every onnxruntime session made during the test, here or in graphfix's worker process,
+    counted (and refused). What the installed
     onnxruntime reads (IR version, opsets) is asked first: a one-off capability query of a 1-node
     model, cached for the process, which writing any model needs; it is not verification."""
     from graphfix.model_io import runtime_limits
@@ -40,6 +42,7 @@ def no_sessions(monkeypatch):
         raise AssertionError("an onnxruntime session was opened")
 
     monkeypatch.setattr(onnxruntime, "InferenceSession", refuse)
+    monkeypatch.setattr(runtime_worker, "open_session", refuse)  # sessions in graphfix's worker process
     return made
 
 
