@@ -149,7 +149,8 @@ def markdown(rows: list[dict], limit: float) -> str:
         note = ""
         if r["latency"] > limit:
             worst = max(r["by_pass"].items(), key=lambda kv: kv[1]) if r["by_pass"] else (r["passes"][0], r["latency"])
-            note = f"slower: {worst[0]} ({worst[1]:.2f}x alone)"
+            alone = f"{worst[0]} ({worst[1]:.2f}x alone)"
+            note = f"slower: {alone}" if worst[1] > limit or not r["by_pass"] else f"slower only together (worst alone: {alone})"
         unknown = f" ({r['unknown']} nodes of data-dependent size not counted)" if r["unknown"] else ""
         lines.append(f"| {r['model']} | {r['trt']} | {', '.join(r['passes'])} | {r['nodes'][0]}→{r['nodes'][1]} | "
                      f"{r['latency']:.2f}x | {r['flops']:.2f}x | {r['bytes']:.2f}x{unknown} | {note} |")
