@@ -57,6 +57,9 @@ def load_small(model: onnx.ModelProto, base_dir: Path) -> None:
     from onnx.external_data_helper import load_external_data_for_tensor
 
     for t in model.graph.initializer:
+        if is_external(t) and not all(isinstance(e.key, str) and isinstance(e.value, str) for e in t.external_data):
+            # a corrupt file (protobuf hands back bytes): onnx's loader would fail with a TypeError
+            raise ValueError(f"an external-data entry (key or value) of tensor {t.name!r} is not valid UTF-8")
         if is_external(t) and int(info(t).get("length", 0) or 0) < LOAD_SMALL_BELOW:
             load_external_data_for_tensor(t, str(base_dir))
             t.data_location = onnx.TensorProto.DEFAULT

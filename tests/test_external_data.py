@@ -130,3 +130,17 @@ def test_sessions_get_big_inline_weights_as_values_not_serialized(tmp_path):
     assert external._hand_over(Assembled.of(ext))[1] == ["bias"]
     x = np.random.default_rng(1).standard_normal((1, 1024)).astype(np.float32)
     np.testing.assert_array_equal(external.session(ext, tmp_path).run(None, {"x": x})[0], _run(tmp_path / "ext.onnx", x))
+
+
+def test_external_data_keys_that_are_not_text_are_refused_in_one_line(external_model: Path, capfd):
+    """A corrupt file whose external-data keys are no longer UTF-8 and no longer say "location"
+    (found by the mutation fuzz: three flipped bits) is an unreadable model, exit 2, not onnx's
+    TypeError from sorting text and bytes keys (exit 3)."""
+    data = external_model.read_bytes()
+    assert data.count(b"location") >= 1 and data.count(b"offset") >= 1
+    external_model.write_bytes(data.replace(b"location", b"locatioN").replace(b"offset", b"off\xffet"))
+    before = _digests(external_model.parent)
+    assert main([str(external_model), str(external_model.parent / "out.onnx"), "--quiet"]) == 2
+    err = capfd.readouterr().err
+    assert err.startswith("graphfix: error: ") and "not valid UTF-8" in err and len(err.strip().splitlines()) == 1, err
+    assert _digests(external_model.parent) == before
