@@ -192,6 +192,8 @@ _ELEMENT_TYPES = frozenset(_T.DataType.values())
 _FOUR_BIT = {getattr(_T, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(_T, n)}
 
 
+#: The most dimensions a tensor may have: numpy's limit (onnxruntime's tensors are numpy arrays here).
+MAX_RANK = 64
 #: Tensors up to this many elements are checked for data matching their dims (passes may read them).
 _SIZE_CHECK_LIMIT = 1 << 20
 
@@ -222,8 +224,10 @@ def _graph_problem(graph: onnx.GraphProto) -> str | None:
                 dims = [d.dim_value for d in vi.type.tensor_type.shape.dim if d.dim_value < 0]
                 if dims:
                     return f"{kind} '{vi.name}' declares dimension {dims[0]} (dimensions are >= 0)"
-                if vi.type.tensor_type.elem_type not in _ELEMENT_TYPES:
+                if vi.type.tensor_type.elem_type not in _ELEMENT_TYPES or (kind == "input" and vi.type.tensor_type.elem_type == _T.UNDEFINED):
                     return f"{kind} '{vi.name}' declares an unknown element type ({vi.type.tensor_type.elem_type})"
+                if len(vi.type.tensor_type.shape.dim) > MAX_RANK:
+                    return f"{kind} '{vi.name}' declares {len(vi.type.tensor_type.shape.dim)} dimensions (at most {MAX_RANK})"
     tensors = list(graph.initializer)
     for n in graph.node:
         try:
@@ -246,6 +250,8 @@ def _graph_problem(graph: onnx.GraphProto) -> str | None:
             return f"a tensor name is not valid UTF-8 ({t.name[:40]!r})"
         if t.data_type not in _ELEMENT_TYPES or t.data_type == _T.UNDEFINED:
             return f"tensor '{t.name}' has an unknown element type ({t.data_type})"
+        if len(t.dims) > MAX_RANK:
+            return f"tensor '{t.name}' has {len(t.dims)} dimensions (at most {MAX_RANK})"
         found = _size_problem(t)
         if found:
             return found

@@ -8,6 +8,7 @@ nodes built.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Iterable
 
@@ -230,6 +231,7 @@ def _own_rules(node: gs.Node) -> None:
 def _set(t: gs.Tensor, rank: int | None, dtype) -> None:
     """Fill what ``t`` lacks: a dtype, and a shape of ``rank`` unknown dims."""
     if t.dtype is None and dtype is not None:
-        t.dtype = np.dtype(dtype)
+        with contextlib.suppress(TypeError):  # a type numpy has no name for (elem_type 0): left unknown
+            t.dtype = np.dtype(dtype)
     if t.shape is None and rank is not None and rank >= 0:
         t.shape = [None] * rank
