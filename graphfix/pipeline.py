@@ -250,13 +250,19 @@ def _undo_new_blockers(graph: gs.Graph, log: EditLog, report: Report, trt: str) 
         region.undo()
         undone += 1
         why = f"{', '.join(f'{e.node.op} {e.node.name!r}' for e in region.edits)}: emits {f.op} {f.node!r}, which TensorRT {trt} rejects ({f.message})"
-        for name in region.passes:
-            rec = by_pass[name]
-            rec.rolled_back_nodes += sum(e.pass_name == name for e in region.edits)
-            rec.reason = (rec.reason + "; " if rec.reason else "rolled back: ") + why
-            if rec.rolled_back_nodes >= rec.rewritten:
-                rec.verdict = ROLLED_BACK
+        _charge_rollback(by_pass, region, why)
     return undone
+
+
+def _charge_rollback(by_pass: dict[str, PassRecord], region: regions_mod.Region, why: str, settle: bool = True) -> None:
+    """An undone region's passes: its nodes counted as rolled back and ``why`` added to their
+    reason; with ``settle``, a pass whose every rewrite is undone is marked rolled back."""
+    for name in region.passes:
+        rec = by_pass[name]
+        rec.rolled_back_nodes += sum(e.pass_name == name for e in region.edits)
+        rec.reason = (rec.reason + "; " if rec.reason else "rolled back: ") + why
+        if settle and rec.rolled_back_nodes >= rec.rewritten:
+            rec.verdict = ROLLED_BACK
 
 
 def _node_record(region: regions_mod.Region, verdict: str, checked: str, reason: str = "", outputs=None) -> dict[str, Any]:
@@ -654,10 +660,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source,
             if settings.strict:
                 raise StrictFailure(f"--strict: {', '.join(entry['nodes'])} ({', '.join(r.passes)}) would be rolled back", source)
             r.undo()
-            for name in r.passes:
-                rec = by_pass[name]
-                rec.rolled_back_nodes += len([e for e in r.edits if e.pass_name == name])
-                rec.reason = (rec.reason + "; " if rec.reason else "rolled back: ") + f"{', '.join(entry['nodes'])}: outputs differ: {worst}"
+            _charge_rollback(by_pass, r, f"{', '.join(entry['nodes'])}: outputs differ: {worst}", settle=False)
     for rec in report.passes:
         if rec.verdict == UNVERIFIED:
             rec.verdict = ROLLED_BACK if rec.rolled_back_nodes >= rec.rewritten else KEPT
@@ -815,12 +818,7 @@ def _undo_under_users_settings(model, regs, entries, settings: Settings, report:
         if entry is not None:
             entry.update(verdict=ROLLED_BACK, reason=why)
         r.undo()
-        for name in r.passes:
-            rec = by_pass[name]
-            rec.rolled_back_nodes += sum(e.pass_name == name for e in r.edits)
-            rec.reason = (rec.reason + "; " if rec.reason else "rolled back: ") + why
-            if rec.rolled_back_nodes >= rec.rewritten:
-                rec.verdict = ROLLED_BACK
+        _charge_rollback(by_pass, r, why)
     return len(blamed) or len(live)
 
 
