@@ -1,12 +1,4 @@
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-for p in (ROOT, ROOT / "tests"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
-
-import onnxruntime  # noqa: E402
+import onnxruntime
 
 # Expected failures (e.g. rollback tests) raise; onnxruntime's own error log is noise here.
 onnxruntime.set_default_logger_severity(3)

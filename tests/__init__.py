@@ -1,0 +1,1 @@
+"""graphfix's tests, in folders that mirror the package's layers."""

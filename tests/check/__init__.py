@@ -1,0 +1,1 @@
+"""`graphfix check` and `graphfix explain`: findings, the readiness matrix, the newest opset."""

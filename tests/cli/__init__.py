@@ -1,0 +1,1 @@
+"""The command line: commands, progress, bounded numbers and exit codes."""

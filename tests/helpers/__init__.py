@@ -1,0 +1,1 @@
+"""Helpers the test modules share (no tests here)."""

@@ -1,0 +1,1 @@
+"""Loading and saving models: external data, tensors no library can hold."""

@@ -1,0 +1,37 @@
+"""Models no tensor library can hold are refused at load in one line (exit 2), not a numpy or
+onnx error inside a pass (exit 3): found by the mutation fuzz (tests/robustness/test_fuzz.py)."""
+
+from __future__ import annotations
+
+import onnx
+from onnx import TensorProto, helper
+
+from graphfix.cli import main
+
+
+def _clip_model(input_type: int = TensorProto.FLOAT, bound_dims: int = 0) -> onnx.ModelProto:
+    lo = helper.make_tensor("lo", TensorProto.FLOAT, [1] * bound_dims, [0.0])  # numpy cannot make 65 dims
+    g = helper.make_graph([helper.make_node("Clip", ["x", "lo"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", input_type, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [lo])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _refused(model: onnx.ModelProto, tmp_path, capfd, *extra: str) -> str:
+    src = tmp_path / "m.onnx"
+    src.write_bytes(model.SerializeToString())
+    assert main([str(src), str(tmp_path / "out.onnx"), "--quiet", *extra]) == 2
+    err = capfd.readouterr().err
+    assert err.startswith("graphfix: error: ") and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out.onnx").exists()
+    return err
+
+
+def test_an_input_without_an_element_type_is_refused(tmp_path, capfd):
+    err = _refused(_clip_model(input_type=TensorProto.UNDEFINED), tmp_path, capfd, "--no-verify")
+    assert "input 'x' declares an unknown element type (0)" in err
+
+
+def test_a_tensor_of_more_than_64_dimensions_is_refused(tmp_path, capfd):
+    err = _refused(_clip_model(bound_dims=65), tmp_path, capfd, "--trt", "7.2")
+    assert "tensor 'lo' has 65 dimensions (at most 64)" in err

@@ -1,0 +1,1 @@
+"""One test module per pass (graphfix/passes/<name>.py), the pass registry and the fixtures."""

@@ -1,0 +1,1 @@
+"""The pipeline: the pass manager and the whole-model steps (--simplify, --fix-shapes)."""

@@ -1,0 +1,1 @@
+"""Exports of real model code (fixtures/real): verification, readiness, fixed point."""

@@ -1,0 +1,1 @@
+"""The reports: Markdown, HTML, Mermaid, and model strings kept inert in each."""

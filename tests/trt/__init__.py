@@ -1,0 +1,1 @@
+"""TensorRT knowledge (the support data) and the engine step."""

@@ -1,0 +1,1 @@
+"""Verification: inputs and shapes, onnxruntime sessions and the worker, regions, rollback, cost."""
