@@ -36,8 +36,8 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(dir=ROOT) as d:
         src = Path(d, "big.onnx")
-        child("import sys; sys.path.insert(0, 'tests'); import onnx; from test_external_data import _chain; "
-              f"onnx.save(_chain({args.weights}, {args.dim}, value=1e-5), {str(src)!r}, save_as_external_data=True, location='big.data')")
+        child("import onnx; from tests.helpers.models import weight_chain; "
+              f"onnx.save(weight_chain({args.weights}, {args.dim}, value=1e-5), {str(src)!r}, save_as_external_data=True, location='big.data')")
         weights_mb = Path(d, "big.data").stat().st_size / 2**20
         print(f"weights: {weights_mb:.0f} MB in big.data (model file {src.stat().st_size / 1024:.0f} KB)\n")
         print("| run | seconds | peak MB | peak / weights |")

@@ -69,12 +69,12 @@ def main(argv: list[str]) -> int:
         chain, ext = Path(d, "chain.onnx"), Path(d, "ext.onnx")
         models = []
         if "chain" in args.models:
-            subprocess.run([sys.executable, "-c", f"import sys; sys.path[:0] = ['bench', 'tests']; import onnx, scale; "
+            subprocess.run([sys.executable, "-c", f"import sys; sys.path[:0] = ['bench']; import onnx, scale; "
                             f"onnx.save(scale.chain({args.blocks}, 64), {str(chain)!r})"], cwd=ROOT, check=True)
             models.append((f"chain, {4 * args.blocks} nodes, {chain.stat().st_size / 2**20:.0f} MB inline", chain))
         if "ext" in args.models:
-            subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); import onnx; from test_external_data "
-                            f"import _chain; onnx.save(_chain({args.ext_weights}, {args.ext_dim}, value=1e-5), {str(ext)!r}, "
+            subprocess.run([sys.executable, "-c", "import onnx; from tests.helpers.models "
+                            f"import weight_chain; onnx.save(weight_chain({args.ext_weights}, {args.ext_dim}, value=1e-5), {str(ext)!r}, "
                             "save_as_external_data=True, location='ext.data')"], cwd=ROOT, check=True)
             models.append((f"external data, {args.ext_weights * args.ext_dim**2 * 4 / 2**30:.2f} GB", ext))
         for label, src in models:

@@ -10,7 +10,7 @@ per tensor, ``SynchronizedList.extend`` re-walking every list it was just given.
 ``Graph``) and gives each tensor the dtype and shape inference found. Graphs it does not cover
 (subgraphs, functions, sparse initializers, attribute references or attribute types
 onnx-graphsurgeon skips) take onnx-graphsurgeon's importer and then the typing walk, as before.
-``tests/test_importer.py`` compares both importers on every fixture.
+``tests/graph/test_importer.py`` compares both importers on every fixture.
 """
 
 from __future__ import annotations

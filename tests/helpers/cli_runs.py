@@ -17,11 +17,7 @@ from fixtures.recipes._onnx import FLOAT, inp, model, node, out
 from graphfix.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
 FIXTURE = ROOT / "fixtures" / "fold_clip" / "superpoint_descriptor_norm.onnx"
-
-
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 

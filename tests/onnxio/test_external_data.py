@@ -13,23 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphfix.cli import main
-
-
-def _chain(blocks: int, dim: int, value: float | None = None) -> onnx.ModelProto:
-    """MatMul -> Clip with Constant->Cast bounds (fold-clip rewrites it), ``blocks`` weights."""
-    rng = np.random.default_rng(0)
-    nodes, inits, x = [], [], "x"
-    for k in range(blocks):
-        w = np.full((dim, dim), value, np.float32) if value is not None else (rng.standard_normal((dim, dim)) / dim).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, f"w{k}"))
-        nodes += [helper.make_node("MatMul", [x, f"w{k}"], [f"m{k}"]),
-                  helper.make_node("Constant", [], [f"lo{k}"], value=numpy_helper.from_array(np.array(-1.0, np.float64))),
-                  helper.make_node("Cast", [f"lo{k}"], [f"lof{k}"], to=TensorProto.FLOAT),
-                  helper.make_node("Clip", [f"m{k}", f"lof{k}"], [f"y{k}"], name=f"/b{k}/Clip")]
-        x = f"y{k}"
-    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, dim])],
-                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, dim])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+from tests.helpers.models import weight_chain
 
 
 def _digests(folder: Path) -> dict[str, str]:
@@ -44,7 +28,7 @@ def _run(path: Path, x: np.ndarray) -> np.ndarray:
 def external_model(tmp_path: Path) -> Path:
     src = tmp_path / "in" / "model.onnx"
     src.parent.mkdir()
-    onnx.save(_chain(3, 512), str(src), save_as_external_data=True, location="weights.bin", size_threshold=1024)
+    onnx.save(weight_chain(3, 512), str(src), save_as_external_data=True, location="weights.bin", size_threshold=1024)
     return src
 
 
@@ -73,7 +57,7 @@ def test_verification_reads_the_weights_where_they_are(external_model: Path, tmp
 
 def test_external_data_name_and_small_models_stay_one_file(tmp_path: Path):
     src = tmp_path / "small.onnx"
-    onnx.save(_chain(1, 64), str(src))
+    onnx.save(weight_chain(1, 64), str(src))
     assert main([str(src), str(tmp_path / "one.onnx"), "--quiet"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.onnx", "small.onnx"]
     assert main([str(src), str(tmp_path / "three.onnx"), "--external-data", "three.bin", "--quiet"]) == 0
@@ -93,7 +77,7 @@ def test_a_run_that_fails_leaves_no_data_file(external_model: Path, tmp_path: Pa
 def test_model_over_2_gib_is_read_fixed_written_and_runs(tmp_path: Path):
     """4 x 604 MB weights: more than one protobuf message can hold (slow: 2.4 GB on disk, twice)."""
     src = tmp_path / "big.onnx"
-    onnx.save(_chain(4, 12288, value=1e-5), str(src), save_as_external_data=True, location="big.data")
+    onnx.save(weight_chain(4, 12288, value=1e-5), str(src), save_as_external_data=True, location="big.data")
     out = tmp_path / "fixed.onnx"
     assert main([str(src), str(out), "--passes", "fold-clip", "--no-verify", "--quiet"]) == 0
     assert (tmp_path / "fixed.onnx.data").stat().st_size >= 4 * 12288 * 12288 * 4 > 2**31
@@ -108,7 +92,7 @@ def test_sessions_get_big_inline_weights_as_values_not_serialized(tmp_path):
     from graphfix import external
     from graphfix.model_io import Assembled, serialized
 
-    m = _chain(3, 64)
+    m = weight_chain(3, 64)
     m.graph.initializer.append(numpy_helper.from_array(np.ones((4,), np.float32), "small"))
     stub, names, arrays = external._hand_over(Assembled.of(m))
     assert names == ["w0", "w1", "w2"] and all(a.shape == (64, 64) for a in arrays)
@@ -120,7 +104,7 @@ def test_sessions_get_big_inline_weights_as_values_not_serialized(tmp_path):
     np.testing.assert_array_equal(got, want)
     # mixed with real external data (those stay references onnxruntime reads from the folder),
     # and an initializer no node reads (onnxruntime drops it: it must stay inline)
-    base = _chain(2, 1024)
+    base = weight_chain(2, 1024)
     base.graph.node.append(helper.make_node("Add", [base.graph.output[0].name, "bias"], ["z"]))
     base.graph.output[0].name = "z"
     base.graph.initializer.append(numpy_helper.from_array(np.full((1, 1024), 0.5, np.float32), "bias"))

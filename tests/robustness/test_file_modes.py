@@ -8,9 +8,7 @@ import stat
 
 import pytest
 
-from tests.helpers.cli_runs import (
-    run,
-)
+from tests.helpers.cli_runs import run
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027])

@@ -9,15 +9,10 @@ import subprocess
 import sys
 import time
 
-from tests.helpers.cli_runs import (
-    FIXTURE,
-    ROOT,
-    refused,
-    run,
-)
+from tests.helpers.cli_runs import FIXTURE, ROOT, refused, run
 
 
-def test_dev_zero_and_fifo_as_input(tmp_path, capfd):
+def test_dev_zero_and_fifo_as_input_are_refused(tmp_path, capfd):
     refused(["/dev/zero", tmp_path / "out.onnx"], capfd, tmp_path, ("/dev/zero", "not a regular file"))
     fifo = tmp_path / "pipe.onnx"
     os.mkfifo(fifo)
@@ -28,7 +23,7 @@ def test_dev_zero_and_fifo_as_input(tmp_path, capfd):
     refused([src, tmp_path / "out.onnx", "--load-inputs", fifo], capfd, tmp_path, "not a regular file")
 
 
-def test_explain_a_directory_or_device(tmp_path, capfd):
+def test_explain_of_a_directory_or_device_is_refused(tmp_path, capfd):
     refused(["explain", tmp_path], capfd, tmp_path, "is a directory")
     refused(["explain", "/dev/zero"], capfd, tmp_path, "not a regular file")
 

@@ -15,16 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
 from graphfix.cli import main
 from graphfix.errors import GraphfixError
-from tests.helpers.cli_runs import (
-    FIXTURE,
-    ROOT,
-    external_model,
-    refused,
-    relu_model,
-    run,
-    save,
-    set_location,
-)
+from tests.helpers.cli_runs import FIXTURE, ROOT, external_model, refused, relu_model, run, save, set_location
 
 
 @pytest.mark.parametrize("kind,expect", [
@@ -33,7 +24,7 @@ from tests.helpers.cli_runs import (
     ("absolute", ("absolute path",)),
     ("short", ("in.data", "bytes")),
 ])
-def test_bad_external_data(kind, expect, tmp_path, capfd):
+def test_bad_external_data_is_one_line(kind, expect, tmp_path, capfd):
     folder = tmp_path / "m"
     if kind == "missing":
         src = external_model(folder)
@@ -59,7 +50,7 @@ def test_bad_external_data(kind, expect, tmp_path, capfd):
     ("optional", ("'o'", "optional")),
     ("huge", ("'x'", "2 GiB")),
 ])
-def test_inputs_verification_cannot_feed(kind, expect, tmp_path, capfd):
+def test_inputs_verification_cannot_feed_are_refused(kind, expect, tmp_path, capfd):
     T = TensorProto
     if kind in ("string", "bfloat16", "float8", "complex64"):
         m = relu_model({"string": T.STRING, "bfloat16": T.BFLOAT16, "float8": T.FLOAT8E4M3FN, "complex64": T.COMPLEX64}[kind], opset=21)
@@ -90,7 +81,7 @@ def test_runnable_input_types_still_work(elem, tmp_path, capfd):
     assert rc == 0, err
 
 
-def test_model_file_over_2_gib(tmp_path, capfd):
+def test_model_file_over_2_gib_is_refused(tmp_path, capfd):
     big = tmp_path / "big.onnx"
     with open(big, "wb") as fh:  # sparse: costs no disk
         fh.write(FIXTURE.read_bytes())
@@ -98,7 +89,7 @@ def test_model_file_over_2_gib(tmp_path, capfd):
     refused([big, tmp_path / "out.onnx"], capfd, tmp_path, ("big.onnx", "2 GiB", "external data"))
 
 
-def test_external_data_length_that_does_not_match_the_dims(tmp_path, capfd):
+def test_external_data_length_that_does_not_match_the_dims_is_refused(tmp_path, capfd):
     """Over 2 GiB of external data is fine (written as external data again); a length that does
     not match the tensor is a one-line refusal before any work."""
     src = external_model(tmp_path)
@@ -108,7 +99,7 @@ def test_external_data_length_that_does_not_match_the_dims(tmp_path, capfd):
     refused([src, tmp_path / "out.onnx"], capfd, tmp_path, ("length", "dims"))
 
 
-def test_in_memory_model_over_2_gib_through_the_api(monkeypatch):
+def test_in_memory_model_over_2_gib_is_refused_by_the_api(monkeypatch):
     """A ModelProto handed to the API that protobuf could not serialise (limit lowered to test)."""
     import graphfix
     import graphfix.paths as paths
@@ -119,7 +110,7 @@ def test_in_memory_model_over_2_gib_through_the_api(monkeypatch):
         graphfix.fix(m)
 
 
-def test_sequence_output(tmp_path, capfd):
+def test_sequence_output_is_refused_naming_no_verify(tmp_path, capfd):
     g = helper.make_graph([helper.make_node("SplitToSequence", ["x"], ["s"], axis=0)], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2])],
                           [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)])
@@ -128,7 +119,7 @@ def test_sequence_output(tmp_path, capfd):
     assert "cannot run" not in line
 
 
-def test_model_importing_only_ai_onnx_ml(tmp_path, capfd):
+def test_model_importing_only_ai_onnx_ml_is_refused(tmp_path, capfd):
     g = helper.make_graph([helper.make_node("Normalizer", ["x"], ["y"], domain="ai.onnx.ml", norm="L2")], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
@@ -216,7 +207,7 @@ def test_pad_with_short_pads_is_a_finding_not_a_crash(tmp_path, capfd):
     assert "pads hold 1 value(s)" in json.dumps(report)
 
 
-def test_string_input_without_verification(tmp_path, capfd):
+def test_string_input_is_fixed_without_verification(tmp_path, capfd):
     m = onnx.load(str(ROOT / "fixtures" / "fold_clip" / "clip_cast_bounds.onnx"))
     m.graph.input[0].type.tensor_type.elem_type = TensorProto.STRING
     src = save(m, tmp_path / "in.onnx")
@@ -225,7 +216,7 @@ def test_string_input_without_verification(tmp_path, capfd):
     onnx.checker.check_model(onnx.load(str(tmp_path / "out.onnx")))
 
 
-def test_external_data_key_not_utf8(tmp_path, capfd):
+def test_external_data_key_not_utf8_is_refused(tmp_path, capfd):
     w = numpy_helper.from_array(np.ones((16, 16), np.float32), "w")
     m = model([node("MatMul", ["x", "w"], ["y"])], [inp("x", FLOAT, [2, 16])], [out("y", FLOAT, [2, 16])], [w])
     onnx.save_model(m, str(tmp_path / "in.onnx"), save_as_external_data=True, location="in.data", size_threshold=0)

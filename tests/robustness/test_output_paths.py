@@ -16,15 +16,7 @@ import pytest
 
 from graphfix.cli import main
 from graphfix.errors import GraphfixError
-from tests.helpers.cli_runs import (
-    FIXTURE,
-    ROOT,
-    external_model,
-    refused,
-    run,
-    save,
-    snapshot,
-)
+from tests.helpers.cli_runs import FIXTURE, ROOT, external_model, refused, run, save, snapshot
 
 
 @pytest.mark.parametrize("which", ["input", "output"])
@@ -36,14 +28,14 @@ def test_report_onto_input_or_output_is_refused(which, src, tmp_path, capfd):
     refused([src, dst, "--report", target], capfd, tmp_path, ("--report", which))
 
 
-def test_report_onto_input_named_md(tmp_path, capfd):
+def test_report_onto_an_input_named_md_is_refused(tmp_path, capfd):
     src = tmp_path / "in.md"
     src.write_bytes(FIXTURE.read_bytes())
     refused([src, tmp_path / "out.onnx", "--report", src], capfd, tmp_path, "never overwrites its input")
 
 
 @pytest.mark.parametrize("spelling", ["dot", "dotdot", "symlink", "hardlink"])
-def test_collisions_through_other_spellings(spelling, src, tmp_path, capfd, monkeypatch):
+def test_collisions_through_other_spellings_are_refused(spelling, src, tmp_path, capfd, monkeypatch):
     (tmp_path / "sub").mkdir()
     if spelling == "dot":
         monkeypatch.chdir(tmp_path)
@@ -66,7 +58,7 @@ def test_collisions_through_other_spellings(spelling, src, tmp_path, capfd, monk
     (["r.json", "r.inputs.json"], "r.inputs.json"),
     (["a.md", "out.onnx"], "out.onnx"),
 ])
-def test_outputs_colliding_with_each_other(reports, expect, src, tmp_path, capfd, monkeypatch):
+def test_outputs_colliding_with_each_other_are_refused(reports, expect, src, tmp_path, capfd, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = [src, "out.onnx"]
     for r in reports:
@@ -74,31 +66,31 @@ def test_outputs_colliding_with_each_other(reports, expect, src, tmp_path, capfd
     refused(args, capfd, tmp_path, expect)
 
 
-def test_report_sidecar_onto_load_inputs(src, tmp_path, capfd):
+def test_report_side_file_onto_load_inputs_is_refused(src, tmp_path, capfd):
     assert main([str(src), str(tmp_path / "a.onnx"), "--report", str(tmp_path / "r.json"), "--quiet"]) == 0
     capfd.readouterr()
     refused([src, tmp_path / "b.onnx", "--load-inputs", tmp_path / "r.inputs.json", "--report", tmp_path / "r.json"],
             capfd, tmp_path, "r.inputs.json")
 
 
-def test_output_onto_the_inputs_weights(tmp_path, capfd):
+def test_output_onto_the_inputs_weights_is_refused(tmp_path, capfd):
     src = external_model(tmp_path)
     line = refused([src, tmp_path / "in.data"], capfd, tmp_path, ("in.data", "external data"))
     assert "never overwrites" in line
 
 
-def test_report_onto_the_inputs_weights(tmp_path, capfd):
+def test_report_onto_the_inputs_weights_is_refused(tmp_path, capfd):
     src = external_model(tmp_path)
     refused([src, tmp_path / "out.onnx", "--report", tmp_path / "in.data"], capfd, tmp_path, ("in.data", "external data"))
 
 
-def test_default_external_data_output_onto_the_inputs_weights(tmp_path, capfd):
+def test_default_external_data_output_onto_the_inputs_weights_is_refused(tmp_path, capfd):
     """`out.onnx` may get its weights in `out.onnx.data`: that name must not be the input's weights."""
     src = external_model(tmp_path, location="out.onnx.data")
     refused([src, tmp_path / "out.onnx"], capfd, tmp_path, "out.onnx.data")
 
 
-def test_external_data_option_collisions(tmp_path):
+def test_external_data_option_collisions_are_refused(tmp_path):
     from graphfix.paths import plan_fix
 
     src = external_model(tmp_path)

@@ -16,11 +16,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
-from tests.helpers.cli_runs import (
-    ROOT,
-    refused,
-    save,
-)
+from tests.helpers.cli_runs import ROOT, refused, save
 
 
 def test_onnxruntime_and_polygraphy_logs_stay_quiet(tmp_path, capfd):

@@ -12,12 +12,7 @@ import onnx
 import pytest
 
 from graphfix.errors import GraphfixError
-from tests.helpers.cli_runs import (
-    ROOT,
-    refused,
-    run,
-    save,
-)
+from tests.helpers.cli_runs import ROOT, refused, run, save
 
 
 @pytest.mark.parametrize("args,expect", [
@@ -29,23 +24,23 @@ from tests.helpers.cli_runs import (
     (["--input-shapes", "feat:1x4x400x400", "--iterations", "1000"], "2 GiB"),
     (["--val-range", "feat:[-1e999,1]"], "--val-range"),
 ])
-def test_bad_numbers(args, expect, src, tmp_path, capfd):
+def test_bad_numbers_are_refused(args, expect, src, tmp_path, capfd):
     refused([src, tmp_path / "out.onnx", *args], capfd, tmp_path, expect)
 
 
 @pytest.mark.parametrize("value", ["", " , "])
-def test_empty_pass_list(value, src, tmp_path, capfd):
+def test_empty_pass_list_is_refused(value, src, tmp_path, capfd):
     refused([src, tmp_path / "out.onnx", "--passes", value], capfd, tmp_path, "--passes")
 
 
-def test_load_inputs_empty_list(src, tmp_path, capfd):
+def test_empty_load_inputs_list_is_refused(src, tmp_path, capfd):
     empty = tmp_path / "empty.json"
     empty.write_text("[]")
     refused([src, tmp_path / "out.onnx", "--load-inputs", empty], capfd, tmp_path, ("empty.json", "no input"))
 
 
 @pytest.mark.parametrize("fmt", ["npz", "json"])
-def test_load_inputs_with_wrong_dtype(fmt, src, tmp_path, capfd):
+def test_load_inputs_with_wrong_dtype_are_refused(fmt, src, tmp_path, capfd):
     feed = np.zeros((1, 4, 3, 3), np.int64)
     if fmt == "npz":
         path = tmp_path / "feeds.npz"
@@ -58,13 +53,13 @@ def test_load_inputs_with_wrong_dtype(fmt, src, tmp_path, capfd):
     refused([src, tmp_path / "out.onnx", "--load-inputs", path], capfd, tmp_path, ("'feat'", "int64", "float32"))
 
 
-def test_load_inputs_with_wrong_static_shape(src, tmp_path, capfd):
+def test_load_inputs_with_wrong_static_shape_are_refused(src, tmp_path, capfd):
     path = tmp_path / "feeds.npz"
     np.savez(path, feat=np.zeros((1, 5, 3, 3), np.float32))
     refused([src, tmp_path / "out.onnx", "--load-inputs", path], capfd, tmp_path, ("'feat'", "shape"))
 
 
-def test_api_refuses_the_same(src):
+def test_api_refuses_what_the_cli_refuses(src):
     import graphfix
 
     with pytest.raises(GraphfixError, match="no input"):
@@ -78,19 +73,19 @@ def test_api_refuses_the_same(src):
 
 
 @pytest.mark.parametrize("args", [["--atol", "nan"], ["--rtol", "nan"], ["--atol=-1e-3"], ["--rtol=-1"], ["--atol", "inf"]])
-def test_bad_tolerances(args, src, tmp_path, capfd):
+def test_bad_tolerances_are_refused(args, src, tmp_path, capfd):
     refused([src, tmp_path / "out.onnx", *args], capfd, tmp_path, args[0].split("=")[0])
 
 
 @pytest.mark.parametrize("kw", [{"atol": math.nan}, {"rtol": -1.0}, {"seed": -1}])
-def test_api_bad_numbers(kw, src):
+def test_api_refuses_bad_numbers(kw, src):
     import graphfix
 
     with pytest.raises(GraphfixError):
         graphfix.fix(src, **kw)
 
 
-def test_api_load_inputs_from_a_file(src, tmp_path):
+def test_api_loads_inputs_from_a_regular_file_only(src, tmp_path):
     import graphfix
 
     path = tmp_path / "feeds.npz"

@@ -19,12 +19,7 @@ import pytest
 from onnx import numpy_helper
 
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
-from tests.helpers.cli_runs import (
-    ROOT,
-    run,
-    save,
-    snapshot,
-)
+from tests.helpers.cli_runs import ROOT, run, save, snapshot
 
 
 def _signal_during(stage: str, sig: int, monkeypatch):

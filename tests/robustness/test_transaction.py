@@ -20,21 +20,15 @@ import pytest
 from onnx import numpy_helper
 
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
-from tests.helpers.cli_runs import (
-    IS_ROOT,
-    ROOT,
-    refused,
-    run,
-    save,
-)
+from tests.helpers.cli_runs import IS_ROOT, ROOT, refused, run, save
 
 
-def test_report_is_a_directory(src, tmp_path, capfd):
+def test_report_that_is_a_directory_is_refused(src, tmp_path, capfd):
     (tmp_path / "reports").mkdir()
     refused([src, tmp_path / "out.onnx", "--report", tmp_path / "reports"], capfd, tmp_path, "is a directory")
 
 
-def test_report_into_unwritable_directory(src, tmp_path, capfd):
+def test_report_into_an_unwritable_directory_is_refused(src, tmp_path, capfd):
     if IS_ROOT:
         bad = Path("/sys/graphfix-report.json")  # root may write anywhere but sysfs
     else:
