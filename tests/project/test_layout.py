@@ -75,6 +75,12 @@ def packages_missing(tests: Path) -> list[str]:
     return [str(f.relative_to(tests.parent)) for f in sorted(folders) if not (f / "__init__.py").exists()]
 
 
+def loose_modules(tests: Path) -> list[str]:
+    """Python files at the top of tests/ besides conftest.py and __init__.py: each belongs in the
+    folder of the layer it tests (or in tests/helpers)."""
+    return [p.name for p in sorted(tests.glob("*.py")) if p.name not in ("conftest.py", "__init__.py")]
+
+
 def stale_test_paths(root: Path) -> list[str]:
     """``tests/...`` paths the README, docs/, bench/ and tools/ name that do not exist."""
     pages = [root / "README.md", *sorted((root / "docs").glob("*.md")), *sorted((root / "bench").glob("*.py")),
@@ -103,6 +109,10 @@ def test_every_test_folder_is_a_package():
     assert packages_missing(TESTS) == []
 
 
+def test_every_test_module_sits_in_a_layer_folder():
+    assert loose_modules(TESTS) == []
+
+
 def test_tests_the_docs_name_exist():
     assert stale_test_paths(ROOT) == []
 
@@ -124,5 +134,6 @@ def test_the_rules_catch_the_old_flat_layout(tmp_path):
     assert sorted(issue_names(old)) == ["tests/test_issue18.py", "tests/test_issue18.py:4 test_13_explain_a_fifo"]
     assert sys_path_edits(old) == ["tests/conftest.py:2"]
     assert packages_missing(old) == ["tests", "tests/sub"]
+    assert loose_modules(old) == ["test_cli.py", "test_issue18.py", "test_safety.py"]
     (tmp_path / "README.md").write_text("`tests/test_fuzz.py` and `tests/test_cli.py`, per pass `tests/test_<name>.py`")
     assert stale_test_paths(tmp_path) == ["README.md names tests/test_fuzz.py"]
