@@ -43,8 +43,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor
+from graphfix.passes._elementwise import float_dtype, onnx_domain
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
-from graphfix.passes.gelu_decompose import float_dtype, onnx_domain
 
 HARDSWISH_ALPHA = 1.0 / 6.0
 

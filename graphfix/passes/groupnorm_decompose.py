@@ -43,14 +43,14 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, static_shape
-from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule, Skip
-from graphfix.passes.layernorm_decompose import (
+from graphfix.passes._norm import (
     element_count,
     float_dtype,
     reduce_mean_reads_axes,
     standardize,
     stash_dtype,
 )
+from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule, Skip
 
 #: First opset whose GroupNormalization takes per-channel scale/bias.
 PER_CHANNEL_OPSET = 21

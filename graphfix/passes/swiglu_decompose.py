@@ -22,9 +22,8 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import replace_tensor
+from graphfix.passes._elementwise import float_dtype, onnx_domain, swish
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
-from graphfix.passes.gelu_decompose import float_dtype, onnx_domain
-from graphfix.passes.swish_decompose import swish
 from graphfix.trt.support import evidence
 
 
