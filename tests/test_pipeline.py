@@ -27,13 +27,13 @@ def _wrong_rewrite(node, ctx):
     replace_tensor(ctx.graph, node.outputs[0], ctx.builder.op("Abs", [node.inputs[0]]))
 
 
-def _test_pass(name: str, order: int, ops: set[str], rewrite, when=None) -> Pass:
+def _test_pass(name: str, ops: set[str], rewrite, when=None) -> Pass:
     rule = Rule(LIMIT, "all", f"{name} test pattern", when, evidence="test")
-    return Pass(name, order, name, frozenset(ops), (rule,), rewrite, doc="test pass")
+    return Pass(name, name, frozenset(ops), (rule,), rewrite, doc="test pass")
 
 
-WRONG = _test_pass("wrong-relu", 1, {"Relu"}, _wrong_rewrite)
-NOOP = _test_pass("noop", 2, {"Relu"}, lambda n, c: None, when=lambda n, c: False)
+WRONG = _test_pass("wrong-relu", {"Relu"}, _wrong_rewrite)
+NOOP = _test_pass("noop", {"Relu"}, lambda n, c: None, when=lambda n, c: False)
 
 
 def _relu_clip_model() -> onnx.ModelProto:
@@ -70,7 +70,7 @@ def test_a_pass_that_raises_is_rolled_back():
     def boom(node, ctx):
         raise ZeroDivisionError("bug in pass")
 
-    broken = _test_pass("broken", 1, {"Clip"}, boom)
+    broken = _test_pass("broken", {"Clip"}, boom)
     result = graphfix.fix(fold_clip.clip_cast_bounds(), [broken, "fold-clip"])
     assert result.report.passes[0].verdict == "error" and "ZeroDivisionError" in result.report.passes[0].reason
     assert result.report.passes[1].verdict == "kept"
@@ -174,7 +174,7 @@ def test_fp16_outputs_are_compared_at_fp16_precision(elem, kept):
     same 1/3 rounding is still caught."""
     rewrite = _div_to_mul if elem == onnx.TensorProto.FLOAT16 else \
         (lambda n, c: replace_tensor(c.graph, n.outputs[0], c.builder.op("Mul", [n.inputs[0], c.builder.const(np.float32(0.3333))])))
-    result = graphfix.fix(_div_model(elem), [_test_pass("div-to-mul", 1, {"Div"}, rewrite)], input_shapes={"x": (4, 64)},
+    result = graphfix.fix(_div_model(elem), [_test_pass("div-to-mul", {"Div"}, rewrite)], input_shapes={"x": (4, 64)},
                           val_range={"x": (-100.0, 100.0)})
     record = result.report.passes[0]
     assert record.verdict == ("kept" if kept else "rolled-back")

@@ -78,7 +78,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="activation-decompose",
-    order=33,
     summary="Rewrite Mish, HardSwish and Celu into Tanh/Softplus, HardSigmoid and Elu (their function bodies).",
     ops=frozenset(DECOMPOSE),
     rules=(

@@ -319,7 +319,6 @@ REWRITES: dict[str, Callable[[gs.Node, Args, Context], list[gs.Tensor]]] = {
 
 PASS = Pass(
     name="aten-fallback",
-    order=2,
     summary="Rewrite ATen fallback nodes (adaptive pooling, layer/group/instance norm, clamp, pixel shuffle) into standard ONNX ops.",
     ops=frozenset({"ATen"}),
     rules=(

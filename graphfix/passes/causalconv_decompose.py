@@ -75,7 +75,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="causalconv-decompose",
-    order=51,
     summary="Rewrite CausalConvWithState (opset 27) into Concat(state, input) + depthwise Conv (+ SiLU) + Slice.",
     ops=frozenset({"CausalConvWithState"}),
     rules=(

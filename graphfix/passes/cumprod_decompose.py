@@ -77,7 +77,6 @@ def _chain(b: Builder, x: gs.Tensor, n: int, dtype: np.dtype, exclusive: bool, r
 
 PASS = Pass(
     name="cumprod-decompose",
-    order=49,
     summary="Rewrite CumProd (opset 26) into a sequential Mul chain (exact) or a log-step Mul scan (exact for ints).",
     ops=frozenset({"CumProd"}),
     rules=(

@@ -151,7 +151,6 @@ def _only_minus_one(t: gs.Variable, ctx: Context) -> gs.Node | None:
 
 PASS = Pass(
     name="cumsum-decompose",
-    order=60,
     summary="Rewrite CumSum into triangular MatMul / blocked MatMul / log-step Pad+Slice+Add (exact for ints).",
     ops=frozenset({"CumSum"}),
     rules=(

@@ -100,7 +100,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="dft-decompose",
-    order=53,
     summary="Rewrite DFT (fft/ifft/rfft/irfft) as a MatMul with a constant cosine/sine basis (exact to float rounding).",
     ops=frozenset({"DFT"}),
     rules=(

@@ -218,7 +218,6 @@ def _label(node: gs.Node, k: int, opset: int) -> str:
 
 PASS = Pass(
     name="fold-weights",
-    order=6,
     summary="Fold computed inputs that TensorRT reads as weights (Conv W/B, norm params, TopK K, axes, scales) into initializers.",
     ops=frozenset().union(*(family.ops for family, _ in FAMILIES)),
     rules=tuple(rule for _, rule in FAMILIES),

@@ -74,7 +74,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="gelu-decompose",
-    order=32,
     summary="Rewrite Gelu (opset 20, none/tanh) into its Erf / Tanh formula in the input's float type.",
     ops=frozenset({"Gelu"}),
     rules=(

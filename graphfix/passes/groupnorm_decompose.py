@@ -115,7 +115,6 @@ def _column(b: Builder, v: gs.Tensor, rank: int, ctx: Context) -> gs.Tensor:
 
 PASS = Pass(
     name="groupnorm-decompose",
-    order=31,
     summary="Rewrite GroupNormalization (opset 18 per-group or opset 21 per-channel affine) into Reshape + ReduceMean/Pow/Sqrt/Div + Mul/Add.",
     ops=frozenset({"GroupNormalization"}),
     rules=(

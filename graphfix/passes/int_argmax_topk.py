@@ -69,7 +69,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="int-argmax-topk",
-    order=66,
     summary="Compute ArgMax/ArgMin/TopK on INT32/INT64 data in FLOAT when the values are provably exact (|v| <= 2^24).",
     ops=OPS,
     rules=(

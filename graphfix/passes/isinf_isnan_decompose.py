@@ -63,7 +63,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="isinf-isnan-decompose",
-    order=34,
     summary="Rewrite IsInf into Equal(Abs(x), inf) / Equal(x, +-inf) and IsNaN into Not(Equal(x, x)); exact.",
     ops=frozenset({"IsInf", "IsNaN"}),
     rules=(

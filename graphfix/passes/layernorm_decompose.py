@@ -94,7 +94,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="layernorm-decompose",
-    order=30,
     summary="Rewrite LayerNormalization into ReduceMean/Sub/Pow/Sqrt/Div/Mul/Add (or drop unused Mean/InvStdDev outputs on >= 8.6).",
     ops=frozenset({"LayerNormalization"}),
     rules=(

@@ -75,7 +75,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="rmsnorm-decompose",
-    order=38,
     summary="Rewrite RMSNormalization (opset 23) into Pow/ReduceMean/Add/Sqrt/Div/Mul (ReduceSum/count before 10.0).",
     ops=frozenset({"RMSNormalization"}),
     rules=(

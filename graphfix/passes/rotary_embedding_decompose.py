@@ -103,7 +103,6 @@ def _rotate(b: Builder, x: gs.Tensor, cos: gs.Tensor, sin: gs.Tensor, rd: int, i
 
 PASS = Pass(
     name="rotary-embedding-decompose",
-    order=39,
     summary="Rewrite RotaryEmbedding (opset 23; interleaved, partial, 3-D, position_ids) into Gather/Slice/Mul/Sub/Add/Concat.",
     ops=frozenset({"RotaryEmbedding"}),
     rules=(

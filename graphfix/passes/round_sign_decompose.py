@@ -67,7 +67,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="round-sign-decompose",
-    order=35,
     summary="Rewrite Round (half to even) and Sign into Floor/compare/Where, exact for every value.",
     ops=frozenset({"Round", "Sign"}),
     rules=(

@@ -122,7 +122,6 @@ def _complex_or_not_fp32(node: gs.Node, ctx: Context) -> bool:
 
 PASS = Pass(
     name="stft-decompose",
-    order=52,
     summary="Rewrite STFT as a strided Conv with the windowed cosine/sine basis as weights (exact to float rounding).",
     ops=frozenset({"STFT"}),
     rules=(

@@ -36,7 +36,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="swiglu-decompose",
-    order=48,
     summary="Rewrite SwiGLU (opset 28) into A * Sigmoid(alpha * A) * B, its function body.",
     ops=frozenset({"SwiGLU"}),
     rules=(

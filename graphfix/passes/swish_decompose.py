@@ -33,7 +33,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="swish-decompose",
-    order=47,
     summary="Rewrite Swish (opset 24) into x * Sigmoid(alpha * x), its function body.",
     ops=frozenset({"Swish"}),
     rules=(

@@ -145,7 +145,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="topk-constant-k",
-    order=7,  # after fold-weights (6), which folds a K that is constant
     summary="Rewrite TopK with a runtime K (min(pre_nms_top_n, anchors)) into a constant-K TopK plus a Slice.",
     ops=frozenset({"TopK"}),
     rules=(
