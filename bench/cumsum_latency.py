@@ -24,7 +24,7 @@ from _latency import latency_us  # noqa: E402
 
 from graphfix import passes  # noqa: E402
 from graphfix.graph import Builder, replace_tensor, to_graph, to_model  # noqa: E402
-from graphfix.passes.cumsum_decompose import _scan  # noqa: E402
+from graphfix.passes._scan import log_scan  # noqa: E402
 
 
 def native(rows: int, n: int) -> onnx.ModelProto:
@@ -40,7 +40,7 @@ def native(rows: int, n: int) -> onnx.ModelProto:
 def scan(model: onnx.ModelProto, n: int) -> onnx.ModelProto:
     graph = to_graph(model)
     node = graph.nodes[0]
-    y = _scan(Builder(graph, "scan"), node.inputs[0], 2, n, False, False)
+    y = log_scan(Builder(graph, "scan"), node.inputs[0], 2, n, False, False)
     replace_tensor(graph, node.outputs[0], y)
     return to_model(graph, model)
 

@@ -119,7 +119,8 @@ def fix(
     """Run the pass pipeline on a model (path or ModelProto), verifying each pass on onnxruntime.
 
     ``passes``: "all", "auto" (with ``trt``), a comma-separated string, or a list of pass names
-    and/or ``Pass`` objects (your own passes run in the order given by their ``order``).
+    and/or ``Pass`` objects (a list holding your own passes runs in the order given; place them
+    in the pipeline by name with ``graphfix.passes.insert(pass, before=/after=NAME)``).
     A rewrite whose outputs differ beyond ``atol``/``rtol`` is rolled back, node by node, and
     reported (None, the default: 1e-5, each region's float32 rounding and the model's own noise
     floor end to end, as the README's verification section explains; given: exactly those) (``strict=True`` raises instead); ``verify_each`` checks pass by pass instead.

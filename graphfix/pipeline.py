@@ -150,7 +150,7 @@ def choose_passes(model: onnx.ModelProto, settings: Settings, before=None) -> li
         return [p for p in registry.select("all", settings.skip) if p.name in wanted]
     if not isinstance(names, str) and any(isinstance(n, Pass) for n in names):
         custom = [n if isinstance(n, Pass) else registry.get(n) for n in names]
-        return sorted((p for p in custom if p.name not in settings.skip), key=lambda p: (p.order, p.name))
+        return [p for p in custom if p.name not in settings.skip]  # your own list runs as given
     return registry.select(names, settings.skip)
 
 

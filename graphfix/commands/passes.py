@@ -15,8 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rows = [
-        {"name": p.name, "order": p.order, "summary": p.summary, "fixes": list(p.fixes), "needed_by": p.needed_by}
-        for p in all_passes()
+        {"name": p.name, "order": k, "summary": p.summary, "fixes": list(p.fixes), "needed_by": p.needed_by}
+        for k, p in enumerate(all_passes(), 1)  # "order": the place in graphfix.passes.PIPELINE, 1 first
     ]
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -43,8 +43,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor
+from graphfix.passes._elementwise import float_dtype, onnx_domain
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
-from graphfix.passes.gelu_decompose import float_dtype, onnx_domain
 
 HARDSWISH_ALPHA = 1.0 / 6.0
 
@@ -78,7 +78,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="activation-decompose",
-    order=33,
     summary="Rewrite Mish, HardSwish and Celu into Tanh/Softplus, HardSigmoid and Elu (their function bodies).",
     ops=frozenset(DECOMPOSE),
     rules=(

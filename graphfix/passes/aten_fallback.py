@@ -60,9 +60,9 @@ from graphfix.aten_reference import (
     scalar,
 )
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
+from graphfix.passes._norm import element_count, reduce_mean_reads_axes, standardize
+from graphfix.passes._provenance import runtime_path
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
-from graphfix.passes.fold_weights import runtime_path
-from graphfix.passes.layernorm_decompose import element_count, reduce_mean_reads_axes, standardize
 
 Args = dict[str, Any]
 
@@ -319,7 +319,6 @@ REWRITES: dict[str, Callable[[gs.Node, Args, Context], list[gs.Tensor]]] = {
 
 PASS = Pass(
     name="aten-fallback",
-    order=2,
     summary="Rewrite ATen fallback nodes (adaptive pooling, layer/group/instance norm, clamp, pixel shuffle) into standard ONNX ops.",
     ops=frozenset({"ATen"}),
     rules=(

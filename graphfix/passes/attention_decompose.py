@@ -378,7 +378,6 @@ def _structure(b: Builder, causal: bool, left: int, right: int, nonpad: gs.Tenso
 
 PASS = Pass(
     name="attention-decompose",
-    order=37,
     summary="Rewrite ONNX Attention (opset 23-25: GQA, masks, causal, KV cache, softcap, nonpad_kv_seqlen) into MatMul/Softmax/Where.",
     ops=frozenset({"Attention"}),
     rules=(

@@ -1,7 +1,8 @@
 """What a pass is: a named rewrite of TensorRT-rejected patterns, declared once in one module.
 
-A pass module defines ``PASS = Pass(...)``: its CLI/API/report name, its place in the pipeline,
-a one-line summary, the op types it looks at, its **rules** and its ``rewrite``.
+A pass module defines ``PASS = Pass(...)``: its CLI/API/report name, a one-line summary, the op
+types it looks at, its **rules** and its ``rewrite``; its place in the pipeline is its line in
+``graphfix.passes.PIPELINE``.
 
 A :class:`Rule` is one reason a TensorRT release rejects (or miscomputes) a node: its kind (no
 importer, an input that must be weights, a type, an attribute/mode outside the release's limits,
@@ -142,7 +143,6 @@ class PassResult:
 @dataclass(frozen=True)
 class Pass:
     name: str
-    order: int
     summary: str
     ops: frozenset[str]
     rules: tuple[Rule, ...]

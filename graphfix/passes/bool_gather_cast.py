@@ -36,7 +36,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="bool-gather-cast",
-    order=25,
     summary="Route BOOL Gather/GatherElements/GatherND/Where data through INT32 Casts (bit-identical).",
     ops=frozenset(BOOL_DATA_INPUTS),
     rules=(

@@ -42,7 +42,6 @@ def _element_type(t: gs.Tensor) -> int | None:
 
 PASS = Pass(
     name="castlike-to-cast",
-    order=46,
     summary="Rewrite CastLike (dynamo exports) into a Cast to the second input's element type.",
     ops=frozenset({"CastLike"}),
     rules=(

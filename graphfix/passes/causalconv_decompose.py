@@ -30,9 +30,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import optional_input, replace_tensor
+from graphfix.passes._elementwise import float_dtype, onnx_domain, swish
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
-from graphfix.passes.gelu_decompose import float_dtype, onnx_domain
-from graphfix.passes.swish_decompose import swish
 from graphfix.trt.support import evidence
 
 _INT_MAX = np.iinfo(np.int64).max
@@ -76,7 +75,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="causalconv-decompose",
-    order=51,
     summary="Rewrite CausalConvWithState (opset 27) into Concat(state, input) + depthwise Conv (+ SiLU) + Slice.",
     ops=frozenset({"CausalConvWithState"}),
     rules=(

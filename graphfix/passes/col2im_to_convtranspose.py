@@ -122,7 +122,6 @@ def _out_shape(b: Builder, x: gs.Tensor, k: int, image: list[int]) -> gs.Tensor:
 
 PASS = Pass(
     name="col2im-to-convtranspose",
-    order=17,
     summary="Rewrite Col2Im (F.fold) as Reshape + ConvTranspose with a one-hot kernel + Reshape (exact).",
     ops=frozenset({"Col2Im"}),
     rules=(

@@ -34,8 +34,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
+from graphfix.passes._scan import MAX_DYNAMIC_LENGTH, along_last, constant_axis, log_scan
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
-from graphfix.passes.cumsum_decompose import MAX_DYNAMIC_LENGTH, _scan, along_last, constant_axis
 from graphfix.trt.support import evidence
 
 #: Static float lengths up to this get the exact sequential chain (2n nodes); longer ones the scan.
@@ -54,7 +54,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     def scan(moved: gs.Tensor, n: int | None) -> gs.Tensor:
         if dtype.kind == "f" and n is not None and n <= CHAIN:
             return _chain(b, moved, n, dtype, exclusive, reverse)
-        return _scan(b, moved, rank, n, exclusive, reverse, MAX_DYNAMIC_LENGTH, "Mul", np.array(1, dtype))
+        return log_scan(b, moved, rank, n, exclusive, reverse, MAX_DYNAMIC_LENGTH, "Mul", np.array(1, dtype))
 
     replace_tensor(ctx.graph, node.outputs[0], along_last(b, x, axis, rank, scan))
 
@@ -77,7 +77,6 @@ def _chain(b: Builder, x: gs.Tensor, n: int, dtype: np.dtype, exclusive: bool, r
 
 PASS = Pass(
     name="cumprod-decompose",
-    order=49,
     summary="Rewrite CumProd (opset 26) into a sequential Mul chain (exact) or a log-step Mul scan (exact for ints).",
     ops=frozenset({"CumProd"}),
     rules=(

@@ -31,20 +31,15 @@ The SuperGlue ``arange_like`` idiom (cumsum of ``ConstantOfShape(1)``, usually `
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, is_weights, replace_tensor, tensor_dtype
+from graphfix.passes._scan import MAX_DYNAMIC_LENGTH, along_last, constant_axis, log_scan, pad_last
 from graphfix.passes.base import MUST_BE_WEIGHTS, NO_IMPORTER, TYPE, WRONG_RESULTS, Context, Pass, Rule, Skip
 
 #: Static lengths up to this use one triangular MatMul; longer ones are blocked by this size.
 BLOCK = 64
-#: A dynamic-length integer scan is exact for lengths up to this.
-MAX_DYNAMIC_LENGTH = 1 << 20
-_INT_MAX = np.iinfo(np.int64).max
 
 
 def _computed_axis(node: gs.Node, ctx: Context) -> bool:
@@ -54,29 +49,6 @@ def _computed_axis(node: gs.Node, ctx: Context) -> bool:
 def _not_float(node: gs.Node, ctx: Context) -> bool:
     dtype = tensor_dtype(node.inputs[0])
     return dtype is None or dtype.kind != "f"
-
-
-def constant_axis(node: gs.Node, ctx: Context) -> tuple[int, int]:
-    """(axis, rank) of a CumSum/CumProd node, the axis a constant made non-negative, or Skip."""
-    x = node.inputs[0]
-    axis_value = ctx.folder.value(node.inputs[1])
-    if axis_value is None:
-        raise Skip("axis is computed at runtime; TensorRT needs it as a constant (use a constant dim in the export)")
-    if x.shape is None:
-        raise Skip("input rank is unknown (run shape inference upstream)")
-    rank = len(x.shape)
-    axis = int(np.asarray(axis_value).reshape(-1)[0])
-    return (axis + rank if axis < 0 else axis), rank
-
-
-def along_last(b: Builder, x: gs.Tensor, axis: int, rank: int, scan: Callable[[gs.Tensor, int | None], gs.Tensor]) -> gs.Tensor:
-    """``scan(moved, length)`` on ``x`` with ``axis`` transposed to the end (and back), unless it is last."""
-    perm = list(range(rank))
-    perm.append(perm.pop(axis))
-    moved = x if axis == rank - 1 else b.transpose(x, perm)
-    length = x.shape[axis] if isinstance(x.shape[axis], int) and x.shape[axis] >= 0 else None
-    out = scan(moved, length)
-    return out if axis == rank - 1 else b.transpose(out, list(np.argsort(perm)))
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -102,7 +74,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 def _cumsum_last(b: Builder, x: gs.Tensor, rank: int, n: int | None, dtype: np.dtype, exclusive: bool, reverse: bool) -> gs.Tensor:
     """Cumulative sum along the last axis of ``x``."""
     if dtype.kind != "f":
-        return _scan(b, x, rank, n, exclusive, reverse)
+        return log_scan(b, x, rank, n, exclusive, reverse)
     if n is not None and n <= BLOCK:
         return b.op("MatMul", [x, b.const(_triangle(n, exclusive, reverse, dtype), hint="triangle")])
     return _blocked(b, x, rank, n, dtype, exclusive, reverse)
@@ -120,78 +92,24 @@ def _blocked(b: Builder, x: gs.Tensor, rank: int, n: int | None, dtype: np.dtype
     if n is not None:
         pad = -n % BLOCK
         blocks: int | None = (n + pad) // BLOCK
-        padded = _pad_last(b, x, rank, 0, pad) if pad else x
+        padded = pad_last(b, x, rank, 0, pad) if pad else x
     else:
         length = b.op("Gather", [b.shape(x), np.array([-1], np.int64)], {"axis": 0})
         pad = b.op("Mod", [b.op("Sub", [np.array([BLOCK], np.int64), b.op("Mod", [length, np.array([BLOCK], np.int64)])]), np.array([BLOCK], np.int64)])
         blocks = None
-        padded = _pad_last(b, x, rank, 0, pad)
+        padded = pad_last(b, x, rank, 0, pad)
     grid = b.reshape(padded, np.array([*lead, -1, BLOCK], np.int64))
     inner = b.op("MatMul", [grid, b.const(_triangle(BLOCK, exclusive, reverse, dtype), hint="triangle")])
     totals = b.reduce("ReduceSum", grid, [-1], keepdims=False)
     if blocks is not None:
         offsets = _cumsum_last(b, totals, rank, blocks, dtype, True, reverse)
     else:
-        offsets = _scan(b, totals, rank, None, True, reverse, MAX_DYNAMIC_LENGTH // BLOCK)
+        offsets = log_scan(b, totals, rank, None, True, reverse, MAX_DYNAMIC_LENGTH // BLOCK)
     summed = b.op("Add", [inner, b.unsqueeze(offsets, [-1])])
     flat = b.reshape(summed, np.array([*lead, -1], np.int64))
     if n is not None:
         return b.slice(flat, [0], [n], axes=[-1]) if pad else flat
     return b.slice(flat, np.array([0], np.int64), length, axes=[-1])
-
-
-def _scan(
-    b: Builder, x: gs.Tensor, rank: int, n: int | None, exclusive: bool, reverse: bool, bound: int = MAX_DYNAMIC_LENGTH,
-    combine: str = "Add", fill: np.ndarray | None = None,
-) -> gs.Tensor:
-    """Log-step inclusive scan with ``combine`` (Add; Mul for cumprod-decompose, whose shifts are
-    filled with ``fill``, its neutral element), then one extra shift for ``exclusive``; a dynamic
-    ``n`` <= ``bound``."""
-    rounds = math.ceil(math.log2(n if n is not None else bound)) if (n or bound) > 1 else 0
-    y = x
-    for k in (1 << r for r in range(rounds)):
-        y = b.op(combine, [y, _shift(b, y, rank, k, reverse, n, fill)])
-    return _shift(b, y, rank, 1, reverse, n, fill) if exclusive else y
-
-
-def _shift(b: Builder, y: gs.Tensor, rank: int, k: int, reverse: bool, n: int | None = None,
-           fill: np.ndarray | None = None) -> gs.Tensor:
-    """y moved k places along the last axis (towards the end, or the start if reverse), zero-filled
-    (or ``fill``-filled: Where over a position mask, since Pad with a non-zero value is refused
-    before TensorRT 8.2; ``n`` is the axis length if static)."""
-    if reverse:
-        moved = b.slice(_pad_last(b, y, rank, 0, k), [k], [_INT_MAX], axes=[-1])
-    else:
-        moved = b.slice(_pad_last(b, y, rank, k, 0), [0], [-k], axes=[-1])
-    if fill is None:
-        return moved
-    if n is not None:
-        pos = np.arange(n)
-        vacated: gs.Tensor = b.const(pos >= n - k if reverse else pos < k, hint="vacated")
-    else:
-        length = b.op("Gather", [b.shape(y), np.array(-1, np.int64)], {"axis": 0})
-        pos_t = b.op("Range", [np.array(0, np.int64), length, np.array(1, np.int64)])
-        edge = b.op("Sub", [length, np.array(k, np.int64)]) if reverse else np.array(k, np.int64)
-        before = b.op("Less", [pos_t, edge])
-        vacated = b.op("Not", [before]) if reverse else before
-    return b.op("Where", [vacated, b.const(fill, hint="fill"), moved])
-
-
-def _pad_last(b: Builder, x: gs.Tensor, rank: int, front: int | gs.Tensor, back: int | gs.Tensor) -> gs.Tensor:
-    """Constant-0 Pad of the last axis (the one axis every TensorRT Pad importer accepts)."""
-    if isinstance(front, int) and isinstance(back, int):
-        pads = np.zeros(2 * rank, np.int64)
-        pads[rank - 1], pads[2 * rank - 1] = front, back
-        if b.opset < 11:
-            return b.op("Pad", [x], {"pads": pads.tolist(), "mode": "constant"})
-        return b.op("Pad", [x, pads])
-    zeros = np.zeros(rank - 1, np.int64)
-    parts = [zeros, _as_1d(b, front), zeros, _as_1d(b, back)]
-    return b.op("Pad", [x, b.concat(parts, 0)])
-
-
-def _as_1d(b: Builder, v: int | gs.Tensor) -> gs.Tensor:
-    return b.const(np.array([v], np.int64)) if isinstance(v, int) else v
 
 
 # ------------------------------------------------------------- arange_like
@@ -233,7 +151,6 @@ def _only_minus_one(t: gs.Variable, ctx: Context) -> gs.Node | None:
 
 PASS = Pass(
     name="cumsum-decompose",
-    order=60,
     summary="Rewrite CumSum into triangular MatMul / blocked MatMul / log-step Pad+Slice+Add (exact for ints).",
     ops=frozenset({"CumSum"}),
     rules=(

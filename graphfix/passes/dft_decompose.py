@@ -30,8 +30,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import replace_tensor
+from graphfix.passes._fourier import check_size, constant_int, float_dtype, fourier_basis
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
-from graphfix.passes.stft_decompose import check_size, constant_int, float_dtype, fourier_basis
 
 
 def irfft_basis(bins: int, length: int, channels: int) -> np.ndarray:
@@ -100,7 +100,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="dft-decompose",
-    order=53,
     summary="Rewrite DFT (fft/ifft/rfft/irfft) as a MatMul with a constant cosine/sine basis (exact to float rounding).",
     ops=frozenset({"DFT"}),
     rules=(

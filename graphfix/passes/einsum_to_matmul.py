@@ -353,7 +353,6 @@ def _merge(b: Builder, op: Operand, nb: int, groups: list[int]) -> gs.Tensor:
 
 PASS = Pass(
     name="einsum-to-matmul",
-    order=50,
     summary="Rewrite Einsum into MatMul/Transpose/Reshape/ReduceSum/Mul (any equation; exact for ints).",
     ops=frozenset({"Einsum"}),
     rules=(

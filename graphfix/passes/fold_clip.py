@@ -65,7 +65,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="fold-clip",
-    order=10,
     summary="Fold Clip min/max into initializers; lower computed or integer Clip to Max/Min.",
     ops=frozenset({"Clip"}),
     rules=(

@@ -59,11 +59,11 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Folder, is_weights, optional_input, tensor_dtype
+from graphfix.passes._provenance import runtime_path
 from graphfix.passes.base import MUST_BE_WEIGHTS, Context, Pass, Rule, Skip
 
 #: Largest folded value (elements): a 4096 x 4096 or 512 x 512 x 7 x 7 weight still folds.
 WEIGHTS_MAX_ELEMENTS = 1 << 24
-_RANDOM = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 REDUCE_OPS = frozenset({
     "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
     "ReduceSumSquare",
@@ -216,40 +216,8 @@ def _label(node: gs.Node, k: int, opset: int) -> str:
     return formal[min(k, len(formal) - 1)].name if formal else f"input{k}"
 
 
-def runtime_path(t: gs.Tensor, folder: Folder) -> str:
-    """Where a non-constant value comes from: the source, then the nodes down to ``t``.
-
-    Follows the first non-constant input of each producer, so the path ends at a graph input, a
-    Shape/Size of dynamic dims, a random op, a custom op or a value too large to fold.
-    """
-    path: list[gs.Node] = []
-    cur = t
-    source = ""
-    while not source:
-        producer = cur.inputs[0] if isinstance(cur, gs.Variable) and cur.inputs else None
-        if producer is None:
-            source = f"graph input '{cur.name}'" if cur.name else "an absent input"
-            break
-        path.append(producer)
-        pending = [i for i in producer.inputs if i.name and not isinstance(i, gs.Constant) and folder.value(i) is None]
-        if producer.op in ("Shape", "Size"):
-            source = f"the dynamic dims of '{producer.inputs[0].name}'"
-        elif producer.op in _RANDOM:
-            source = "random values"
-        elif (producer.domain or "") not in ("", "ai.onnx"):
-            source = f"custom op {producer.domain}::{producer.op}"
-        elif any(isinstance(v, gs.Graph) for v in producer.attrs.values()):
-            source = f"the subgraph of {producer.op} '{producer.name}'"
-        elif not pending:
-            source = f"{producer.op} '{producer.name}', whose value cannot be evaluated or exceeds {folder.max_elements} elements"
-        else:
-            cur = pending[0]
-    return source + "".join(f" -> {n.op} '{n.name}'" for n in reversed(path))
-
-
 PASS = Pass(
     name="fold-weights",
-    order=6,
     summary="Fold computed inputs that TensorRT reads as weights (Conv W/B, norm params, TopK K, axes, scales) into initializers.",
     ops=frozenset().union(*(family.ops for family, _ in FAMILIES)),
     rules=tuple(rule for _, rule in FAMILIES),

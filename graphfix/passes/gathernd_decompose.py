@@ -85,7 +85,6 @@ def _batch_offset(b: Builder, indices: gs.Tensor, batch: list[Dim], block: Dim, 
 
 PASS = Pass(
     name="gathernd-decompose",
-    order=12,
     summary="Rewrite GatherND (any batch_dims) as a linear index and one Gather on a flattened view.",
     ops=frozenset({"GatherND"}),
     rules=(

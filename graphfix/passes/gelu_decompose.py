@@ -40,25 +40,13 @@ import math
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import replace_tensor, tensor_dtype
+from graphfix.graph import replace_tensor
+from graphfix.passes._elementwise import float_dtype, onnx_domain
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
 
 SQRT_2 = math.sqrt(2.0)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 TANH_CUBIC = 0.044715
-
-
-def onnx_domain(node: gs.Node, ctx: Context) -> bool:
-    """A default-domain node (not onnxruntime's com.microsoft namesakes)."""
-    return (node.domain or "") in ("", "ai.onnx")
-
-
-def float_dtype(x: gs.Tensor, op: str) -> np.dtype:
-    """``x``'s float dtype, or Skip (unknown, or one numpy has no constants of: bfloat16)."""
-    dtype = tensor_dtype(x)
-    if dtype is None or dtype.kind != "f":
-        raise Skip(f"input type of {op} is unknown or not a numpy float (run shape inference upstream; bfloat16 is left as is)")
-    return dtype
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -86,7 +74,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="gelu-decompose",
-    order=32,
     summary="Rewrite Gelu (opset 20, none/tanh) into its Erf / Tanh formula in the input's float type.",
     ops=frozenset({"Gelu"}),
     rules=(

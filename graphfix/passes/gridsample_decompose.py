@@ -290,7 +290,6 @@ def _round_half_even(b: Builder, x: gs.Tensor, ct: np.dtype) -> gs.Tensor:
 
 PASS = Pass(
     name="gridsample-decompose",
-    order=16,
     summary="Rewrite GridSample (no importer < 8.5, 5-D, opset-20 linear/cubic names) as an exact Gather sampler.",
     ops=frozenset({"GridSample"}),
     rules=(

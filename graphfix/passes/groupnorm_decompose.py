@@ -43,14 +43,14 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, static_shape
-from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule, Skip
-from graphfix.passes.layernorm_decompose import (
+from graphfix.passes._norm import (
     element_count,
     float_dtype,
     reduce_mean_reads_axes,
     standardize,
     stash_dtype,
 )
+from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule, Skip
 
 #: First opset whose GroupNormalization takes per-channel scale/bias.
 PER_CHANNEL_OPSET = 21
@@ -115,7 +115,6 @@ def _column(b: Builder, v: gs.Tensor, rank: int, ctx: Context) -> gs.Tensor:
 
 PASS = Pass(
     name="groupnorm-decompose",
-    order=31,
     summary="Rewrite GroupNormalization (opset 18 per-group or opset 21 per-channel affine) into Reshape + ReduceMean/Pow/Sqrt/Div + Mul/Add.",
     ops=frozenset({"GroupNormalization"}),
     rules=(

@@ -128,7 +128,6 @@ def _keep_names_unique(copy: gs.Graph, ctx: Context) -> None:
 
 PASS = Pass(
     name="if-inline",
-    order=4,
     summary="Replace an If whose condition folds to a constant by the nodes of its taken branch.",
     ops=frozenset({"If"}),
     rules=(

@@ -28,8 +28,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import replace_tensor, tensor_dtype
+from graphfix.passes._elementwise import float_dtype, onnx_domain
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
-from graphfix.passes.gelu_decompose import float_dtype, onnx_domain
 
 
 def _source(x: gs.Tensor) -> gs.Tensor:
@@ -63,7 +63,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="isinf-isnan-decompose",
-    order=34,
     summary="Rewrite IsInf into Equal(Abs(x), inf) / Equal(x, +-inf) and IsNaN into Not(Equal(x, x)); exact.",
     ops=frozenset({"IsInf", "IsNaN"}),
     rules=(

@@ -160,7 +160,6 @@ def _sign_fix(b: Builder, t: gs.Tensor, y: gs.Tensor, work: np.dtype, divisor: n
 
 PASS = Pass(
     name="mod-decompose",
-    order=42,
     summary="Rewrite Mod (Python % / torch.fmod) into Div/Mul/Sub with a sign fix-up (exact for integers).",
     ops=frozenset({"Mod"}),
     rules=(

@@ -74,7 +74,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="onehot-decompose",
-    order=45,
     summary="Rewrite OneHot (F.one_hot) into Equal with an arange and Where (bit-exact).",
     ops=frozenset({"OneHot"}),
     rules=(

@@ -230,7 +230,6 @@ def _shape_of(b: Builder, y: gs.Tensor, target: list, axis: int, p: int) -> gs.T
 
 PASS = Pass(
     name="pad-to-concat",
-    order=40,
     summary="Rewrite Pad (non-zero value, reflect/edge/wrap, N-D, negative, axes input) into Slice/Concat/Expand.",
     ops=frozenset({"Pad"}),
     rules=(

@@ -420,7 +420,6 @@ def _materialize(b: Builder, bound: Bound) -> gs.Tensor:
 
 PASS = Pass(
     name="range-bound",
-    order=68,  # before range-inputs (70), which folds the constant-input Range this may build
     summary="Rebuild a Range whose length comes from tensor data as NonZero over a shape-derived upper bound.",
     ops=frozenset({"Range"}),
     rules=(

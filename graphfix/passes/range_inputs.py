@@ -265,7 +265,6 @@ def _rational_range(b: Builder, node: gs.Node, ctx: Context) -> gs.Tensor:
 
 PASS = Pass(
     name="range-inputs",
-    order=70,  # after the passes that may create Range (cumsum-decompose's arange_like)
     summary="Fold constant Range, make float shape-arithmetic Range integer, report data-dependent limits.",
     ops=frozenset({"Range"}),
     rules=(

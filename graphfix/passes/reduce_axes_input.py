@@ -125,7 +125,6 @@ def _sum_family(b: Builder, op: str, x: gs.Tensor, axes: list[int], keep: bool, 
 
 PASS = Pass(
     name="reduce-axes-input",
-    order=64,
     summary="Rewrite opset-18 Reduce ops with an axes input (ignored before 10.0) into ReduceSum/TopK forms.",
     ops=OPS,
     rules=(

@@ -522,7 +522,6 @@ def _gather_axis(b: Builder, x: gs.Tensor, k: int, rank: int, n_in: gs.Tensor, n
 
 PASS = Pass(
     name="resize-cubic",
-    order=18,
     summary="Rewrite cubic Resize (rejected before 8.5) as interpolation-matrix MatMuls (static size) or a 4-tap Gather (runtime size).",
     ops=frozenset({"Resize"}),
     rules=(

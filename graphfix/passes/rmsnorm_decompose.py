@@ -34,8 +34,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import replace_tensor, tensor_dtype
-from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
-from graphfix.passes.layernorm_decompose import (
+from graphfix.passes._norm import (
     element_count,
     float_dtype,
     mean_over,
@@ -43,6 +42,7 @@ from graphfix.passes.layernorm_decompose import (
     stash_dtype,
     uses_reduce_mean,
 )
+from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
 from graphfix.trt.support import evidence
 
 
@@ -75,7 +75,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="rmsnorm-decompose",
-    order=38,
     summary="Rewrite RMSNormalization (opset 23) into Pow/ReduceMean/Add/Sqrt/Div/Mul (ReduceSum/count before 10.0).",
     ops=frozenset({"RMSNormalization"}),
     rules=(

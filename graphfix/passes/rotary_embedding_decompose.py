@@ -36,8 +36,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input, replace_tensor
+from graphfix.passes._elementwise import float_dtype
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
-from graphfix.passes.gelu_decompose import float_dtype
 from graphfix.trt.support import evidence
 
 _INT_MAX = np.iinfo(np.int64).max
@@ -103,7 +103,6 @@ def _rotate(b: Builder, x: gs.Tensor, cos: gs.Tensor, sin: gs.Tensor, rd: int, i
 
 PASS = Pass(
     name="rotary-embedding-decompose",
-    order=39,
     summary="Rewrite RotaryEmbedding (opset 23; interleaved, partial, 3-D, position_ids) into Gather/Slice/Mul/Sub/Add/Concat.",
     ops=frozenset({"RotaryEmbedding"}),
     rules=(

@@ -30,8 +30,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
+from graphfix.passes._elementwise import float_dtype, onnx_domain
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
-from graphfix.passes.gelu_decompose import float_dtype, onnx_domain
 
 
 def _sign(b: Builder, x: gs.Tensor, dtype: np.dtype) -> gs.Tensor:
@@ -67,7 +67,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="round-sign-decompose",
-    order=35,
     summary="Rewrite Round (half to even) and Sign into Floor/compare/Where, exact for every value.",
     ops=frozenset({"Round", "Sign"}),
     rules=(

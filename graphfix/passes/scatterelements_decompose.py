@@ -193,7 +193,6 @@ def _slice(b: Builder, x: gs.Tensor, starts: list[Dim], ends: list[Dim], axes: l
 
 PASS = Pass(
     name="scatterelements-decompose",
-    order=15,
     summary="Rewrite ScatterElements (any reduction) as Gathers over Concat(data, updates), or a per-row one-hot grid.",
     ops=frozenset({"ScatterElements"}),
     rules=(

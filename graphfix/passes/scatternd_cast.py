@@ -15,7 +15,8 @@ Rewrite:
 * ``reduction="none"`` is dropped. ``add``/``mul``/``max``/``min`` with constant indices become
   ``ScatterND(data, idx, op(GatherND(data, idx), updates))`` after combining the updates of
   duplicate indices (so each index is written once): exact. Reductions with runtime indices
-  belong to scatternd-decompose (order 14, a one-hot grid), so this pass does not claim them.
+  belong to scatternd-decompose (earlier in the pipeline, a one-hot grid), so this pass does not
+  claim them.
 """
 
 from __future__ import annotations
@@ -114,7 +115,6 @@ def _reduced_updates(b: Builder, node: gs.Node, ctx: Context) -> tuple[gs.Tensor
 
 PASS = Pass(
     name="scatternd-cast",
-    order=20,
     summary="Cast ScatterND data/updates to a type TensorRT takes; rewrite or report the reduction attribute.",
     ops=frozenset({"ScatterND"}),
     rules=(

@@ -4,8 +4,8 @@ Why: in-place index assignment (``x[idx] = y``, ``index_put_``, KV-cache writes)
 ScatterND, which TensorRT parsers before 8.2 do not import ("No importer registered for op:
 ScatterND", errors.json ``scatternd-not-supported``). From 8.2 the ``reduction`` attribute
 (opset 16+) is silently ignored before 10.0 (plain overwrite: wrong results) and rejected from
-10.0. scatternd-cast (order 20) rewrites the reductions whose indices are constants for >= 8.2;
-this pass owns everything before 8.2 and the runtime-index reductions from 8.2 on.
+10.0. scatternd-cast (later in the pipeline) rewrites the reductions whose indices are constants
+for >= 8.2; this pass owns everything before 8.2 and the runtime-index reductions from 8.2 on.
 
 How (``data`` flattened to ``[rows, S]`` with rows = prod(data.shape[:k]), updates to ``[U, S]``,
 the k index columns to one linear row index, negatives + dim):
@@ -137,7 +137,6 @@ def _rows(b: Builder, x: gs.Tensor, lead: int, trailing: list[Dim]) -> gs.Tensor
 
 PASS = Pass(
     name="scatternd-decompose",
-    order=14,
     summary="Rewrite ScatterND (any reduction) as Gathers over Concat(data, updates), or a one-hot grid for runtime indices.",
     ops=frozenset({"ScatterND"}),
     rules=(

@@ -110,7 +110,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="shape-tensor-ops",
-    order=8,
     summary="Rewrite Neg/Abs/Relu/Floor/Ceil/Pow/Clip that compute shape tensors into ops 8.0/8.2 can compute them with.",
     ops=OPS,
     rules=(

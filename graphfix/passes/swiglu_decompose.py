@@ -22,9 +22,8 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import replace_tensor
+from graphfix.passes._elementwise import float_dtype, onnx_domain, swish
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
-from graphfix.passes.gelu_decompose import float_dtype, onnx_domain
-from graphfix.passes.swish_decompose import swish
 from graphfix.trt.support import evidence
 
 
@@ -37,7 +36,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="swiglu-decompose",
-    order=48,
     summary="Rewrite SwiGLU (opset 28) into A * Sigmoid(alpha * A) * B, its function body.",
     ops=frozenset({"SwiGLU"}),
     rules=(

@@ -17,19 +17,12 @@ Left out: bfloat16 X (numpy has no bfloat16 constants: a finding); ``com.microso
 
 from __future__ import annotations
 
-import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Builder, replace_tensor
+from graphfix.graph import replace_tensor
+from graphfix.passes._elementwise import float_dtype, onnx_domain, swish
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
-from graphfix.passes.gelu_decompose import float_dtype, onnx_domain
 from graphfix.trt.support import evidence
-
-
-def swish(b: Builder, x: gs.Tensor, alpha: float, dtype: np.dtype) -> gs.Tensor:
-    """``x * Sigmoid(alpha * x)`` in ``dtype`` (the ONNX Swish function body)."""
-    gate = x if alpha == 1.0 else b.op("Mul", [b.const(np.array(alpha, dtype), hint="alpha"), x], dtype=dtype)
-    return b.op("Mul", [x, b.op("Sigmoid", [gate], dtype=dtype)], dtype=dtype)
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -40,7 +33,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="swish-decompose",
-    order=47,
     summary="Rewrite Swish (opset 24) into x * Sigmoid(alpha * x), its function body.",
     ops=frozenset({"Swish"}),
     rules=(

@@ -122,7 +122,6 @@ def _gather_rows(b: Builder, past: gs.Tensor, update: gs.Tensor, writes: gs.Tens
 
 PASS = Pass(
     name="tensorscatter-decompose",
-    order=41,
     summary="Rewrite TensorScatter (opset 24 KV-cache update, linear/circular) into Concat/Slice or one row Gather.",
     ops=frozenset({"TensorScatter"}),
     rules=(

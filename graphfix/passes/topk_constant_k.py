@@ -28,7 +28,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, Folder, is_weights, replace_tensor, tensor_dtype
-from graphfix.passes import int_argmax_topk
+from graphfix.passes._int_bounds import Bounds
 from graphfix.passes.base import MUST_BE_WEIGHTS, Context, Pass, Rule, Skip
 
 #: Ops that pass K's value through unchanged.
@@ -88,7 +88,7 @@ def _fill(x: gs.Tensor, dtype: np.dtype, largest: bool, ctx: Context) -> np.gene
     integer extremes when nothing bounds ``x``."""
     if dtype.kind == "f":
         return dtype.type(-np.inf if largest else np.inf)
-    bound = int_argmax_topk.Bounds(ctx.folder).bound(x)
+    bound = Bounds(ctx.folder).bound(x)
     info = np.iinfo(dtype)
     if bound is not None and bound <= info.max:
         return dtype.type(-bound if largest and info.min < 0 else bound if not largest else info.min)
@@ -145,7 +145,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="topk-constant-k",
-    order=7,  # after fold-weights (6), which folds a K that is constant
     summary="Rewrite TopK with a runtime K (min(pre_nms_top_n, anchors)) into a constant-K TopK plus a Slice.",
     ops=frozenset({"TopK"}),
     rules=(

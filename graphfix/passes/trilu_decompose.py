@@ -82,7 +82,6 @@ def _arange(b: Builder, x: gs.Tensor, axis: int) -> gs.Tensor:
 
 PASS = Pass(
     name="trilu-decompose",
-    order=44,
     summary="Rewrite Trilu (torch.triu/tril) into a row/column comparison mask and Where (And for BOOL).",
     ops=frozenset({"Trilu"}),
     rules=(

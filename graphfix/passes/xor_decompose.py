@@ -33,7 +33,6 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="xor-decompose",
-    order=43,
     summary="Rewrite Xor into And/Or/Not (bit-exact).",
     ops=frozenset({"Xor"}),
     rules=(

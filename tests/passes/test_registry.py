@@ -9,7 +9,9 @@ releases in its declared range.
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
+import pkgutil
 import sys
 
 import pytest
@@ -55,10 +57,53 @@ def test_declared_range_is_where_match_fires_on_fixtures(p):
     assert fires == declared, f"{p.name}: declared {p.needed_by}; fires but undeclared {sorted(fires - declared, key=TrtVersion)}, declared but never fires {sorted(declared - fires, key=TrtVersion)}"
 
 
-def test_order_is_unique_and_names_are_kebab_case():
+def test_names_are_unique_and_kebab_case():
     all_p = passes.all_passes()
-    assert len({p.order for p in all_p}) == len(all_p)
+    assert len({p.name for p in all_p}) == len(all_p)
     assert all(p.name == p.name.lower() and " " not in p.name for p in all_p)
+
+
+def _pass_modules() -> list[str]:
+    """Every module of graphfix/passes/ that defines a PASS (helpers are ``_``-prefixed, base is the framework)."""
+    found = []
+    for info in pkgutil.iter_modules(passes.__path__):
+        if info.name != "base" and not info.name.startswith("_"):
+            module = importlib.import_module(f"graphfix.passes.{info.name}")
+            assert isinstance(getattr(module, "PASS", None), passes.Pass), f"graphfix/passes/{info.name}.py defines no PASS"
+            found.append(module.__name__)
+    return found
+
+
+def _pipeline_problems(modules: list[str], listed: list[str]) -> list[str]:
+    problems = [f"{m} is not in PIPELINE" for m in modules if m not in listed]
+    problems += [f"{m} is listed {listed.count(m)} times" for m in sorted(set(listed)) if listed.count(m) > 1]
+    return problems + [f"{m} is listed but is no pass module" for m in sorted(set(listed) - set(modules))]
+
+
+def test_pipeline_lists_every_pass_module_exactly_once():
+    modules, listed = _pass_modules(), [m.__name__ for m in passes.PIPELINE]
+    assert _pipeline_problems(modules, listed) == []
+    assert [p.name for p in passes.all_passes()] == [m.PASS.name for m in passes.PIPELINE]
+    # the check itself: a module left out, or listed twice, is caught
+    assert _pipeline_problems(modules, listed[1:]) == [f"{listed[0]} is not in PIPELINE"]
+    assert _pipeline_problems(modules, [*listed, listed[3]]) == [f"{listed[3]} is listed 2 times"]
+
+
+def test_no_pass_module_imports_another():
+    """Passes share code through the ``_``-prefixed helper modules, never through each other, so
+    the PIPELINE list is the one place that knows every pass."""
+    modules = set(_pass_modules())
+    imports = []
+    for name in sorted(modules):
+        for node in ast.walk(ast.parse(inspect.getsource(sys.modules[name]))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            imports += [f"{name} imports {t}" for t in targets if t in modules and t != name]
+    assert imports == []
 
 
 def test_version_ranges():

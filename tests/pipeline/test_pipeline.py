@@ -27,13 +27,13 @@ def _wrong_rewrite(node, ctx):
     replace_tensor(ctx.graph, node.outputs[0], ctx.builder.op("Abs", [node.inputs[0]]))
 
 
-def _test_pass(name: str, order: int, ops: set[str], rewrite, when=None) -> Pass:
+def _test_pass(name: str, ops: set[str], rewrite, when=None) -> Pass:
     rule = Rule(LIMIT, "all", f"{name} test pattern", when, evidence="test")
-    return Pass(name, order, name, frozenset(ops), (rule,), rewrite, doc="test pass")
+    return Pass(name, name, frozenset(ops), (rule,), rewrite, doc="test pass")
 
 
-WRONG = _test_pass("wrong-relu", 1, {"Relu"}, _wrong_rewrite)
-NOOP = _test_pass("noop", 2, {"Relu"}, lambda n, c: None, when=lambda n, c: False)
+WRONG = _test_pass("wrong-relu", {"Relu"}, _wrong_rewrite)
+NOOP = _test_pass("noop", {"Relu"}, lambda n, c: None, when=lambda n, c: False)
 
 
 def _relu_clip_model() -> onnx.ModelProto:
@@ -70,7 +70,7 @@ def test_a_pass_that_raises_is_rolled_back():
     def boom(node, ctx):
         raise ZeroDivisionError("bug in pass")
 
-    broken = _test_pass("broken", 1, {"Clip"}, boom)
+    broken = _test_pass("broken", {"Clip"}, boom)
     result = graphfix.fix(fold_clip.clip_cast_bounds(), [broken, "fold-clip"])
     assert result.report.passes[0].verdict == "error" and "ZeroDivisionError" in result.report.passes[0].reason
     assert result.report.passes[1].verdict == "kept"
@@ -125,6 +125,63 @@ def test_skip_and_subset_keep_pipeline_order():
     assert [p.name for p in chosen] == ordered
 
 
+def _clip_as_min_max(node, ctx):
+    """Clip(x, lo, hi) -> Min(Max(x, lo), hi): exact, and possible only while the Clip is there."""
+    b = ctx.builder
+    replace_tensor(ctx.graph, node.outputs[0], b.op("Min", [b.op("Max", node.inputs[:2]), node.inputs[2]]))
+
+
+CLIP_AS_MIN_MAX = _test_pass("clip-as-min-max", {"Clip"}, _clip_as_min_max)
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_insert_places_a_pass_by_name(where):
+    ordered = list(all_passes())
+    chosen = graphfix.passes.insert(CLIP_AS_MIN_MAX, **{where: "range-inputs"})
+    at = len(ordered) - 1 if where == "before" else len(ordered)
+    assert chosen[at] is CLIP_AS_MIN_MAX
+    assert [p for p in chosen if p is not CLIP_AS_MIN_MAX] == ordered  # the pipeline around it unchanged
+    first = graphfix.passes.insert(CLIP_AS_MIN_MAX, **{where: "aten-fallback"})
+    assert first.index(CLIP_AS_MIN_MAX) == (0 if where == "before" else 1)
+
+
+def test_insert_into_a_subset_and_chained():
+    subset = graphfix.passes.insert(CLIP_AS_MIN_MAX, after="fold-weights", passes=["fold-clip", "fold-weights"])
+    assert [p.name for p in subset] == ["fold-clip", "fold-weights", "clip-as-min-max"]
+    chained = graphfix.passes.insert(NOOP, before="clip-as-min-max", passes=subset)
+    assert [p.name for p in chained] == ["fold-clip", "fold-weights", "noop", "clip-as-min-max"]
+
+
+def test_inserted_pass_runs_where_it_was_put():
+    """Before fold-clip the inserted pass replaces the Clip (fold-clip then has nothing to fold);
+    after it, fold-clip folds the Clip's bounds first."""
+    for where, folded in (("before", 0), ("after", 1)):
+        result = graphfix.fix(fold_clip.clip_cast_bounds(), graphfix.passes.insert(CLIP_AS_MIN_MAX, **{where: "fold-clip"}))
+        names = [p.name for p in result.report.passes]
+        rewritten = {p.name: p.rewritten for p in result.report.passes}
+        assert (names.index("clip-as-min-max") < names.index("fold-clip")) == (where == "before")
+        assert rewritten["fold-clip"] == folded and rewritten["clip-as-min-max"] == 1
+        assert result.report.status == "ok" and "Clip" not in [n.op_type for n in result.model.graph.node]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"before": "fold-clp"}, "unknown pass 'fold-clp'; did you mean 'fold-clip'\\?$"),
+    ({"after": "nope"}, "unknown pass 'nope'; 'graphfix passes' lists the "),
+    ({}, "exactly one of before= or after="),
+    ({"before": "fold-clip", "after": "fold-clip"}, "exactly one of before= or after="),
+    ({"before": "fold-clip", "passes": ["fold-clp"]}, "unknown pass 'fold-clp'"),
+])
+def test_insert_refuses_unknown_names_and_unclear_places(kwargs, message):
+    with pytest.raises(GraphfixError, match=message):
+        graphfix.passes.insert(CLIP_AS_MIN_MAX, **kwargs)
+
+
+def test_insert_refuses_a_name_already_in_the_pipeline():
+    twin = _test_pass("fold-clip", {"Clip"}, _clip_as_min_max)
+    with pytest.raises(GraphfixError, match="'fold-clip' is already in the pipeline"):
+        graphfix.passes.insert(twin, after="range-inputs")
+
+
 def test_unrunnable_input_is_a_clear_error():
     m = model([node("Relu", ["x"], ["y"])], [inp("x", FLOAT, ["N", 3])], [out("y", FLOAT, ["N", 3])])
     with pytest.raises(GraphfixError, match="does not fit"):
@@ -174,7 +231,7 @@ def test_fp16_outputs_are_compared_at_fp16_precision(elem, kept):
     same 1/3 rounding is still caught."""
     rewrite = _div_to_mul if elem == onnx.TensorProto.FLOAT16 else \
         (lambda n, c: replace_tensor(c.graph, n.outputs[0], c.builder.op("Mul", [n.inputs[0], c.builder.const(np.float32(0.3333))])))
-    result = graphfix.fix(_div_model(elem), [_test_pass("div-to-mul", 1, {"Div"}, rewrite)], input_shapes={"x": (4, 64)},
+    result = graphfix.fix(_div_model(elem), [_test_pass("div-to-mul", {"Div"}, rewrite)], input_shapes={"x": (4, 64)},
                           val_range={"x": (-100.0, 100.0)})
     record = result.report.passes[0]
     assert record.verdict == ("kept" if kept else "rolled-back")

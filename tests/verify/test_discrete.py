@@ -31,7 +31,7 @@ def _mul_as_div(node_, ctx):
     replace_tensor(ctx.graph, node_.outputs[0], ctx.builder.op("Div", [node_.inputs[0], np.array(1 / C, np.float32)]))
 
 
-MUL_AS_DIV = Pass("mul-as-div", 1, "test", frozenset({"Mul"}), (Rule(LIMIT, "all", "test", evidence="test"),), _mul_as_div, doc="test")
+MUL_AS_DIV = Pass("mul-as-div", "test", frozenset({"Mul"}), (Rule(LIMIT, "all", "test", evidence="test"),), _mul_as_div, doc="test")
 
 
 def _near_ties() -> np.ndarray:

@@ -19,7 +19,7 @@ from graphfix.report_html import page
 
 
 def _test_pass(name: str, ops: set[str], rewrite) -> Pass:
-    return Pass(name, 1, name, frozenset(ops), (Rule(LIMIT, "all", "test pattern", evidence="test"),), rewrite, doc="test")
+    return Pass(name, name, frozenset(ops), (Rule(LIMIT, "all", "test pattern", evidence="test"),), rewrite, doc="test")
 
 
 def _two_relus() -> onnx.ModelProto:

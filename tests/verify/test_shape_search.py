@@ -188,7 +188,7 @@ _PEAK = textwrap.dedent("""
     def _untouched(node_, ctx):
         return not (node_.inputs and node_.inputs[0].inputs and node_.inputs[0].inputs[0].op == "Identity")
 
-    touch = Pass("touch-sigmoid", 1, "test", frozenset({{"Sigmoid"}}), (Rule(LIMIT, "all", "test", _untouched, evidence="test"),),
+    touch = Pass("touch-sigmoid", "test", frozenset({{"Sigmoid"}}), (Rule(LIMIT, "all", "test", _untouched, evidence="test"),),
                  _identity_before, doc="test")
     result = graphfix.fix({model!r}, [touch])
     # this process's own peak: ru_maxrss keeps the parent's across exec (pytest's peak so far in the run)

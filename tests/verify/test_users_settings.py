@@ -56,7 +56,7 @@ def _divmul_sensitive(node_, ctx) -> None:
     replace_tensor(ctx.graph, node_.outputs[0], b.op("Sub", [x, b.op("Mul", [y, b.op("Div", [x, y])])]))
 
 
-DIVMUL = Pass("divmul-sensitive-mod", 1, "test", frozenset({"Mod"}),
+DIVMUL = Pass("divmul-sensitive-mod", "test", frozenset({"Mod"}),
               (Rule(LIMIT, "all", "test pattern", lambda n, c: int(n.attrs.get("fmod", 0)) == 1, evidence="test"),),
               _divmul_sensitive, doc="test pass")
 

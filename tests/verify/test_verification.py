@@ -24,7 +24,7 @@ DYNAMIC = [(g, fx) for g, fx in all_fixtures() if g == "dynamic_shapes"] + [
 
 
 def _test_pass(name: str, ops: set[str], rewrite) -> Pass:
-    return Pass(name, 1, name, frozenset(ops), (Rule(LIMIT, "all", "test pattern", evidence="test"),), rewrite, doc="test")
+    return Pass(name, name, frozenset(ops), (Rule(LIMIT, "all", "test pattern", evidence="test"),), rewrite, doc="test")
 
 
 @pytest.mark.parametrize("group,fx", DYNAMIC, ids=lambda x: getattr(x, "name", x))
