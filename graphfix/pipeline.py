@@ -354,8 +354,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     chosen = choose_passes(model, settings, before)
 
     step("importing the graph")
-    graph = to_graph(model)  # with the collector off
-    gc.freeze()  # and it never rescans the imported objects
+    graph = to_graph(model, freeze=True)  # with the collector off; it never rescans the imported objects
     try:
         log = EditLog()
         decided = discrete.find(graph) if settings.verify else ([], {})
