@@ -124,22 +124,21 @@ def live_nodes(graph: gs.Graph) -> set[int]:
 
 
 def _live_nodes(graph: gs.Graph) -> set[int]:
+    # Walks nodes, not tensors: a tensor read twice is looked at twice, but no set of tensors is kept.
     live: set[int] = set()
-    seen: set[int] = set()
-    stack: list[gs.Tensor] = list(graph.outputs)
+    stack: list[gs.Node] = [p for t in graph.outputs for p in t.inputs]
     while stack:
-        t = stack.pop()
-        if id(t) in seen:
+        producer = stack.pop()
+        if id(producer) in live:
             continue
-        seen.add(id(t))
-        for producer in t.inputs:
-            if id(producer) in live:
-                continue
-            live.add(id(producer))
-            stack.extend([i for i in producer.inputs if i.name])
-            if producer.attrs:
-                for sub in bodies(producer):
-                    stack.extend(outer_reads(sub))
+        live.add(id(producer))
+        for i in producer.inputs:
+            if i.name and i.inputs:
+                stack.extend(i.inputs)
+        if producer.attrs:
+            for sub in bodies(producer):
+                for i in outer_reads(sub):
+                    stack.extend(i.inputs)
     return live
 
 
