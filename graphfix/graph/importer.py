@@ -70,17 +70,31 @@ def gs_import(model: onnx.ModelProto, infos: dict[str, onnx.ValueInfoProto]) -> 
 
 
 def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
-    """The graph, then every subgraph (If branches, Loop/Scan bodies), depth first."""
+    """The graph, then every subgraph (If branches, Loop/Scan bodies), depth first.
+
+    A graph found to have no bodies is remembered as such for its state (the edit generation
+    and node count, as :func:`graphfix.graph.edits.live_nodes`): the pipeline asks a dozen times
+    per run, and each walk over a 100k-node export's attributes took 40 ms."""
+    from graphfix.graph.edits import _active, _generation
+
     yield graph
+    key = (_generation[0], len(graph.nodes))  # after the caller had the graph: it may have edited it
+    if graph.__dict__.get("gf_flat") == key and not _active:
+        return
+    flat = True
     for node in graph.nodes:
         if node.attrs:
             for value in node.attrs.values():
                 if isinstance(value, gs.Graph):
+                    flat = False
                     yield from all_graphs(value)
                 elif isinstance(value, list):
                     for sub in value:
                         if isinstance(sub, gs.Graph):
+                            flat = False
                             yield from all_graphs(sub)
+    if flat and not _active and key == (_generation[0], len(graph.nodes)):
+        graph.__dict__["gf_flat"] = key
 
 
 def value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
@@ -214,10 +228,13 @@ class _Import:
             vi = self.infos.get(name)
             if vi is not None and isinstance(t, gs.Variable):
                 _retype(t, vi, seen)
-        graph = gs.Graph(nodes=nodes, inputs=inputs, outputs=outputs, name=g.name, doc_string=g.doc_string,
+        # Built empty, then given its nodes: the constructor merges its subgraphs' function lists,
+        # a walk over every node's attributes, and a graph this importer covers has neither.
+        graph = gs.Graph(nodes=[], inputs=inputs, outputs=outputs, name=g.name, doc_string=g.doc_string,
                          producer_name=m.producer_name, producer_version=m.producer_version,
                          opset=gsi.OnnxImporter.get_opset(m), import_domains=m.opset_import, functions=[],
                          ir_version=m.ir_version)
+        graph.nodes = nodes
         graph.gf_names = {*tensors, *(n.name for n in nodes)}  # what Builder.name must not hand out
         return graph
 
