@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,17 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _latency import session, window_us  # noqa: E402
 
 import graphfix  # noqa: E402
-
-#: bytes per element of the types exports use (4 for the rest)
-_ITEMSIZE = {onnx.TensorProto.DOUBLE: 8, onnx.TensorProto.INT64: 8, onnx.TensorProto.FLOAT16: 2,
-             onnx.TensorProto.BFLOAT16: 2, onnx.TensorProto.BOOL: 1, onnx.TensorProto.INT8: 1, onnx.TensorProto.UINT8: 1}
-
-
-@dataclass
-class Cost:
-    flops: float = 0.0
-    bytes: float = 0.0
-    unknown: int = 0  # nodes with a tensor of no size at these feeds (inside If/Loop bodies)
+from graphfix.graph.cost import Cost, node_cost  # noqa: E402 - the one estimate, also the report's
 
 
 def _shapes_at(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, tuple[tuple[int, ...], int]]:
@@ -73,39 +62,16 @@ def _shapes_at(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str
     return known
 
 
-def _elements(dims: tuple[int, ...]) -> int:
-    return int(np.prod(dims, dtype=np.int64)) if dims else 1
-
-
 def model_cost(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> Cost:
     """Floating-point operations and bytes moved by one run at the feeds' shapes (a device-independent
-    figure: MatMul/Gemm/Conv by their multiply-adds, every other node one operation per element)."""
+    figure: MatMul/Gemm/Conv by their multiply-adds, every other node one operation per element;
+    graphfix.graph.cost, the estimate the report gives per rewritten region)."""
     known = _shapes_at(model, feeds)
     cost = Cost()
     for node in model.graph.node:
-        ins = [known.get(i) for i in node.input if i]
-        outs = [known.get(o) for o in node.output if o]
-        if node.op_type == "Constant":
-            continue
-        if any(s is None for s in ins + outs):
-            cost.unknown += 1
-            continue
-        cost.bytes += sum(_elements(d) * _ITEMSIZE.get(t, 4) for d, t in ins + outs)
-        out_elems = sum(_elements(d) for d, _ in outs)
-        if node.op_type == "MatMul" and ins[0][0]:
-            cost.flops += 2 * out_elems * ins[0][0][-1]
-        elif node.op_type == "Gemm":
-            trans_a = any(a.name == "transA" and a.i for a in node.attribute)
-            k = ins[0][0][0] if trans_a else ins[0][0][-1]
-            cost.flops += 2 * out_elems * k
-        elif node.op_type == "Conv" and len(ins[1][0]) >= 3:
-            w = ins[1][0]  # [Cout, Cin/group, k...]
-            cost.flops += 2 * out_elems * _elements(w[1:])
-        elif node.op_type == "ConvTranspose" and len(ins[1][0]) >= 3:
-            w = ins[1][0]  # [Cin, Cout/group, k...]
-            cost.flops += 2 * _elements(ins[0][0]) * _elements(w[1:])
-        else:
-            cost.flops += max(out_elems, max((_elements(d) for d, _ in ins), default=0))
+        trans_a = any(a.name == "transA" and a.i for a in node.attribute)
+        cost.add(node_cost(node.op_type, [known.get(i) for i in node.input if i], [known.get(o) for o in node.output if o],
+                           trans_a))
     return cost
 
 

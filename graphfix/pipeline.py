@@ -267,10 +267,11 @@ def _charge_rollback(by_pass: dict[str, PassRecord], region: regions_mod.Region,
 
 def _node_record(region: regions_mod.Region, verdict: str, checked: str, reason: str = "", outputs=None) -> dict[str, Any]:
     """The report's record of one rewritten region: its passes, the nodes it replaced (op and
-    name), what was compared, the verdict, why it was undone, and its before/after diagram (drawn
-    before any undo: the diagram reads the live rewrite)."""
+    name), what was compared, the verdict, why it was undone, its before/after diagram and cost
+    (FLOPs and bytes before/after; both read before any undo: they read the live rewrite)."""
     record = {"passes": region.passes, "nodes": [f"{e.node.op} '{e.node.name}'" for e in region.edits],
-              "outputs": outputs or {}, "verdict": verdict, "checked": checked, "diagram": regions_mod.diagram(region)}
+              "outputs": outputs or {}, "verdict": verdict, "checked": checked, "diagram": regions_mod.diagram(region),
+              "cost": regions_mod.cost(region)}
     if reason:
         record["reason"] = reason
     return record
@@ -354,8 +355,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     chosen = choose_passes(model, settings, before)
 
     step("importing the graph")
-    graph = to_graph(model)  # with the collector off
-    gc.freeze()  # and it never rescans the imported objects
+    graph = to_graph(model, freeze=True)  # with the collector off; it never rescans the imported objects
     try:
         log = EditLog()
         decided = discrete.find(graph) if settings.verify else ([], {})

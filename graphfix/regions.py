@@ -23,6 +23,7 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphfix.errors import cut, visible
 from graphfix.graph.convert import all_graphs
+from graphfix.graph.cost import Cost, gs_node_cost, nodes_cost
 from graphfix.graph.edits import Edit, live_nodes
 from graphfix.model_io import Assembled
 
@@ -46,6 +47,25 @@ class Region:
     def undo(self) -> None:
         for e in reversed(self.edits):
             e.undo()
+
+
+def cost(region: Region) -> dict[str, int]:
+    """What running the region costs before and after its rewrite (issue 24: a user sees what a
+    rewrite costs before deploying): FLOPs and bytes moved of the nodes the rewrite matched, as
+    they were, against the region's nodes now (graphfix.graph.cost, at the shapes graphfix's
+    inference gave; no session). ``unknown_nodes``: nodes left out of both sums for a tensor of
+    symbolic or unknown size. Read before any undo, as the diagram."""
+    added = {id(n) for e in region.edits for n in e.added}
+    before, seen = Cost(), set()
+    for e in region.edits:  # a node an earlier edit of the region added was not in the original
+        if id(e.node) in added or id(e.node) in seen:
+            continue
+        seen.add(id(e.node))
+        op, inputs, outputs, attrs = e.saved
+        before.add(gs_node_cost(op, inputs, outputs, attrs))
+    after = nodes_cost(region.nodes)
+    return {"flops_before": int(before.flops), "flops_after": int(after.flops), "bytes_before": int(before.bytes),
+            "bytes_after": int(after.bytes), "unknown_nodes": before.unknown + after.unknown}
 
 
 def original_names(model: onnx.ModelProto) -> set[str]:

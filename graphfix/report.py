@@ -282,6 +282,42 @@ def _pass_rows(report: Report) -> list[list[str]]:
 _NODE = re.compile(r"^(\S+) '(.*)'$", re.S)
 
 
+#: The columns of the per-pass cost table (Markdown and HTML).
+COST_HEAD = ["passes", "kept regions", "FLOPs before → after", "bytes before → after", "nodes of unknown size"]
+
+
+def pass_costs(report: Report) -> list[tuple[str, int, dict[str, int]]]:
+    """Each pass's kept regions' cost, summed (a region rewritten by several passes counts under
+    their joined names): (passes, regions, totals as in a region record's ``cost``). What the
+    written model pays for each pass, before deploying it."""
+    totals: dict[str, tuple[int, dict[str, int]]] = {}
+    for r in report.nodes:
+        if r.get("verdict") != KEPT or not r.get("cost"):
+            continue
+        key = ", ".join(r["passes"])
+        count, sums = totals.get(key, (0, {}))
+        totals[key] = (count + 1, {k: sums.get(k, 0) + v for k, v in r["cost"].items()})
+    return [(k, n, sums) for k, (n, sums) in totals.items()]
+
+
+def _amount(n: float) -> str:
+    """12, 4.1k, 3.2M, 1.5G: the cost table's numbers."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def cost_cells(sums: dict[str, int]) -> list[str]:
+    """The FLOPs and bytes cells of a cost row: before → after (after/before)."""
+    cells = []
+    for what in ("flops", "bytes"):
+        before, after = sums[f"{what}_before"], sums[f"{what}_after"]
+        ratio = f" ({after / before:.3g}x)" if before else ""
+        cells.append(f"{_amount(before)} → {_amount(after)}{ratio}")
+    return cells
+
+
 def node_parts(text: str) -> tuple[str, str]:
     """("Clip", "/normalize0/Clip") from a node record's "Clip '/normalize0/Clip'"."""
     m = _NODE.match(text)
@@ -396,6 +432,14 @@ def markdown(report: Report) -> str:
             f"**{md_text(g[0]['verdict'])}**", _worst_diff(g),
             ", ".join(f"{md_text(op)} {md_code(name)}" for r in g[:NAMED] for op, name in map(node_parts, r["nodes"])) + (f", … {len(g) - NAMED} more" if len(g) > NAMED else ""),
         ] for g in groups], "kinds of rewrite")
+        costs = pass_costs(report)
+        if costs:
+            out += ["", "## What the rewrites cost", "",
+                    "Per pass, the kept regions' floating-point operations and bytes moved before and after the "
+                    "rewrite (a device-independent estimate at the shapes graphfix infers; each region's figures are in "
+                    "the JSON report).", ""]
+            out += _rows(COST_HEAD, [[md_text(k), str(n), *cost_cells(sums), str(sums["unknown_nodes"])]
+                                     for k, n, sums in costs], "passes")
         drawn = _drawn(groups)
         out += ["", "## Rewritten regions", "",
                 f"{len(drawn)} of {len(report.nodes)} drawn (each kind of rewrite first); every diagram is in the JSON report."]

@@ -18,6 +18,7 @@ from typing import Any
 from graphfix.errors import cut, visible
 from graphfix.regions import DrawnGraph, diagram_graphs
 from graphfix.report import (
+    COST_HEAD,
     KEPT,
     MAX_NAME,
     MAX_ROWS,
@@ -28,9 +29,11 @@ from graphfix.report import (
     Report,
     _drawn,
     _num,
+    cost_cells,
     discrete_lines,
     grouped,
     node_parts,
+    pass_costs,
     rewrite_groups,
     trt_groups,
 )
@@ -296,6 +299,13 @@ def _rewrites_section(report: Report) -> list[str]:
                      f"{_num(worst[0])} ({_code(worst[1])})" if worst else "-",
                      ", ".join(_code(n) for n in names) + (f", … {len(g) - NAMED} more" if len(g) > NAMED else "")])
     out.append(_table(["passes", "replaced", "regions", "verdict", "worst max abs", "nodes"], rows, "kinds of rewrite"))
+    costs = pass_costs(report)
+    if costs:
+        out += ["<h3>What the rewrites cost</h3><p>Per pass, the kept regions' floating-point operations and bytes moved "
+                "before and after the rewrite (a device-independent estimate at the shapes graphfix infers; each "
+                "region's figures are in the JSON report).</p>",
+                _table(COST_HEAD, [[esc(k), str(n), *map(esc, cost_cells(sums)), str(sums["unknown_nodes"])]
+                                   for k, n, sums in costs], "passes")]
     used: dict[str, set[str]] = {}
     for r in report.nodes:
         for p in r["passes"]:

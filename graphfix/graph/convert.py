@@ -77,19 +77,26 @@ def _in_order(nodes: list[gs.Node]) -> bool:
     return True
 
 
-def to_graph(model: onnx.ModelProto) -> gs.Graph:
+def to_graph(model: onnx.ModelProto, freeze: bool = False) -> gs.Graph:
     """The model as one typed onnx-graphsurgeon graph. No collections run during the import: it
     creates ~10 objects per node and frees none, so each collection is pure cost, and they grow
-    with the heap (a 100k-node import took 5x longer with the collector on)."""
+    with the heap (a 100k-node import took 5x longer with the collector on).
+
+    ``freeze``: move everything allocated so far to the collector's permanent generation
+    (``gc.freeze()``; the caller unfreezes) before the collector is back on. Else the first
+    allocation after the import scans all of its ~10 objects per node as the youngest generation
+    (0.7 s of a 100k-node import, bench/scale.py) only to find every one of them alive."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         graph, sources = import_typed(model, infer(model))
+        graph.opset = default_opset(model)
+        complete(graph)  # ranks and types where onnx's inference gave up (NonZero -> GatherND at opset 11)
+        if freeze:
+            gc.freeze()
     finally:
         if enabled:
             gc.enable()
-    graph.opset = default_opset(model)
-    complete(graph)  # ranks and types where onnx's inference gave up (NonZero -> GatherND at opset 11)
     # What each imported node looked like, and its proto: export reuses the proto of every node
     # no pass touched (onnx-graphsurgeon re-creates all of them, most of an export's time).
     graph.gf_source = (model, sources)

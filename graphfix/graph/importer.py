@@ -70,17 +70,31 @@ def gs_import(model: onnx.ModelProto, infos: dict[str, onnx.ValueInfoProto]) -> 
 
 
 def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
-    """The graph, then every subgraph (If branches, Loop/Scan bodies), depth first."""
+    """The graph, then every subgraph (If branches, Loop/Scan bodies), depth first.
+
+    A graph found to have no bodies is remembered as such for its state (the edit generation
+    and node count, as :func:`graphfix.graph.edits.live_nodes`): the pipeline asks a dozen times
+    per run, and each walk over a 100k-node export's attributes took 40 ms."""
+    from graphfix.graph.edits import _active, _generation
+
     yield graph
+    key = (_generation[0], len(graph.nodes))  # after the caller had the graph: it may have edited it
+    if graph.__dict__.get("gf_flat") == key and not _active:
+        return
+    flat = True
     for node in graph.nodes:
         if node.attrs:
             for value in node.attrs.values():
                 if isinstance(value, gs.Graph):
+                    flat = False
                     yield from all_graphs(value)
                 elif isinstance(value, list):
                     for sub in value:
                         if isinstance(sub, gs.Graph):
+                            flat = False
                             yield from all_graphs(sub)
+    if flat and not _active and key == (_generation[0], len(graph.nodes)):
+        graph.__dict__["gf_flat"] = key
 
 
 def value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
@@ -107,17 +121,27 @@ def _np_dtype(elem_type: int) -> np.dtype | None:
         return None  # no numpy name: keep what the import found
 
 
-def _retype(t: gs.Variable, vi: onnx.ValueInfoProto) -> None:
-    """What inference found about a tensor, over what the import had."""
-    if not vi.type.HasField("tensor_type"):
-        return
-    tt = vi.type.tensor_type
-    dtype = _np_dtype(tt.elem_type) if tt.elem_type else None
+def _retype(t: gs.Variable, vi: onnx.ValueInfoProto, seen: dict[bytes, tuple] | None = None) -> None:
+    """What inference found about a tensor, over what the import had. ``seen``: what each
+    serialized TypeProto came to (exports repeat a few types thousands of times; reading the
+    protobuf fields of every one was a sixth of a 100k-node import)."""
+    key = vi.type.SerializeToString() if seen is not None else None
+    found = seen.get(key) if seen is not None else None
+    if found is None:
+        found = (None, None)
+        if vi.type.HasField("tensor_type"):
+            tt = vi.type.tensor_type
+            shape = tuple([d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]) \
+                if tt.HasField("shape") else None
+            found = (_np_dtype(tt.elem_type) if tt.elem_type else None, shape)
+        if seen is not None:
+            seen[key] = found
+    dtype, shape = found
     d = t.__dict__  # plain attributes (Tensor.__setattr__ only special-cases inputs/outputs)
     if dtype is not None:
         d["dtype"] = dtype
-    if tt.HasField("shape"):
-        d["shape"] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+    if shape is not None:
+        d["shape"] = list(shape)  # each tensor its own list: passes edit shapes in place
 
 
 def _synced(owner: object, field: str) -> SynchronizedList:
@@ -199,14 +223,18 @@ class _Import:
         inputs = [self._declared(vi) for vi in g.input if vi.name not in weights]
         outputs = [self._declared(vi) for vi in g.output]
         nodes = [self._node(n) for n in g.node]
+        seen: dict[bytes, tuple] = {}
         for name, t in tensors.items():
             vi = self.infos.get(name)
             if vi is not None and isinstance(t, gs.Variable):
-                _retype(t, vi)
-        graph = gs.Graph(nodes=nodes, inputs=inputs, outputs=outputs, name=g.name, doc_string=g.doc_string,
+                _retype(t, vi, seen)
+        # Built empty, then given its nodes: the constructor merges its subgraphs' function lists,
+        # a walk over every node's attributes, and a graph this importer covers has neither.
+        graph = gs.Graph(nodes=[], inputs=inputs, outputs=outputs, name=g.name, doc_string=g.doc_string,
                          producer_name=m.producer_name, producer_version=m.producer_version,
                          opset=gsi.OnnxImporter.get_opset(m), import_domains=m.opset_import, functions=[],
                          ir_version=m.ir_version)
+        graph.nodes = nodes
         graph.gf_names = {*tensors, *(n.name for n in nodes)}  # what Builder.name must not hand out
         return graph
 
@@ -225,24 +253,37 @@ class _Import:
         return t
 
     def _node(self, p: onnx.NodeProto) -> gs.Node:
+        # Hot (once per node): each protobuf field is read once, lists are filled without
+        # SynchronizedList's bookkeeping (the back links are set here, as it would set them).
         attrs = {}
-        for a in p.attribute:
-            convert = _ATTRS.get(a.type)
-            if convert is None or a.ref_attr_name:
-                raise _NotCovered
-            attrs[a.name] = convert(a)
+        if p.attribute:
+            for a in p.attribute:
+                convert = _ATTRS.get(a.type)
+                if convert is None or a.ref_attr_name:
+                    raise _NotCovered
+                attrs[a.name] = convert(a)
         node = object.__new__(gs.Node)
         d = node.__dict__
-        d["op"], d["name"], d["attrs"] = p.op_type, p.name, attrs
-        ins, outs = [self._tensor(i) for i in p.input], [self._tensor(o) for o in p.output]
-        d["inputs"], d["outputs"] = _synced(node, "outputs"), _synced(node, "inputs")
-        list.extend(d["inputs"], ins)
-        list.extend(d["outputs"], outs)
-        for t in ins:
+        op = d["op"] = p.op_type
+        d["name"], d["attrs"] = p.name, attrs
+        in_names, out_names = tuple(p.input), tuple(p.output)
+        tensors, tensor = self.tensors, self._tensor
+        ins = _synced(node, "outputs")
+        outs = _synced(node, "inputs")
+        for name in in_names:
+            t = tensors.get(name) if name else None
+            if t is None:
+                t = tensor(name)
+            list.append(ins, t)
             list.append(t.outputs, node)
-        for t in outs:
+        for name in out_names:
+            t = tensors.get(name) if name else None
+            if t is None:
+                t = tensor(name)
+            list.append(outs, t)
             list.append(t.inputs, node)
+        d["inputs"], d["outputs"] = ins, outs
         d["domain"] = domain = p.domain if p.HasField("domain") else None
-        self.sources[id(node)] = (p, (d["op"], domain, tuple(p.input), tuple(p.output),
-                                      tuple([(k, id(v)) for k, v in attrs.items()])), False)
+        self.sources[id(node)] = (p, (op, domain, in_names, out_names,
+                                      tuple([(k, id(v)) for k, v in attrs.items()]) if attrs else ()), False)
         return node

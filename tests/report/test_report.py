@@ -39,7 +39,9 @@ def test_markdown_does_not_grow_with_the_model(tmp_path):
         assert len(data["nodes"]) == blocks and all(r["diagram"] for r in data["nodes"])
         assert len(_diagrams(md)) == DIAGRAMS_PER_KIND
         assert f"| fold-clip | Clip | {blocks} | **kept** | 0 (`y0`) |" in md
-        assert sum(line.startswith("|") for line in md.splitlines()) <= len(data["passes"]) + 10
+        # per-pass cost: each Clip reads [1, 8] and a float32 bound, writes [1, 8]: 8 FLOPs, 68 bytes, as before
+        assert f"| fold-clip | {blocks} | {blocks * 8 / 1000:.3g}k → {blocks * 8 / 1000:.3g}k (1x) | {blocks * 68 / 1000:.3g}k" in md
+        assert sum(line.startswith("|") for line in md.splitlines()) <= len(data["passes"]) + 13  # + the cost table
         sizes[blocks] = len(md.encode())
     assert sizes[1250] < 20_000 and sizes[1250] <= sizes[250] * 1.05, sizes
 
