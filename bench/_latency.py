@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from graphfix.model_io import runtime_compatible
+from graphfix.onnxio.ir import runtime_compatible
 
 
 def session(model: onnx.ModelProto) -> ort.InferenceSession:

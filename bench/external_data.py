@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
         print("|---|---:|---:|---:|")
         for label, extra in (("graphfix --no-verify", ["--no-verify"]), ("graphfix (verified, 2 sessions)", [])):
             out = Path(d, "fixed.onnx")
-            t, peak, _ = child(f"from graphfix.cli import main; main([{str(src)!r}, {str(out)!r}, '--passes', 'fold-clip', '--quiet', *{extra!r}])")
+            t, peak, _ = child(f"from graphfix.cli.main import main; main([{str(src)!r}, {str(out)!r}, '--passes', 'fold-clip', '--quiet', *{extra!r}])")
             print(f"| {label} | {t:.1f} | {peak:.0f} | {peak / weights_mb:.2f}x |", flush=True)
         t, peak, _ = child(f"import onnxruntime as ort; ort.InferenceSession({str(out)!r}, providers=['CPUExecutionProvider'])")
         print(f"| onnxruntime loads the written model | {t:.1f} | {peak:.0f} | {peak / weights_mb:.2f}x |")

@@ -36,7 +36,7 @@ def _shapes_at(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str
     node output exposed (exact also where sizes depend on data, NonZero/TopK, which inference cannot give)."""
     import onnxruntime as ort
 
-    from graphfix.model_io import runtime_compatible
+    from graphfix.onnxio.ir import runtime_compatible
 
     m = onnx.ModelProto()
     m.CopyFrom(model)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _latency import latency_us  # noqa: E402
 
 from graphfix import passes  # noqa: E402
-from graphfix.model_io import runtime_compatible  # noqa: E402
+from graphfix.onnxio.ir import runtime_compatible  # noqa: E402
 from graphfix.passes._fourier import fourier_basis  # noqa: E402
 
 CASES = [("Whisper n_fft 400, hop 160", 400, 160), ("n_fft 512, hop 128", 512, 128)]

@@ -1,5 +1,5 @@
 """``python -m graphfix``: the same as the ``graphfix`` command."""
 
-from graphfix.cli import main
+from graphfix.cli.main import main
 
 raise SystemExit(main())

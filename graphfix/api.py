@@ -10,12 +10,21 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from graphfix import atomic, options, paths, pipeline, report, runtime_worker
 from graphfix.errors import OnnxruntimeDied
-from graphfix.model_io import check_graph, load_model, save_model
+from graphfix.fs import transaction as transaction_mod
+from graphfix.onnxio import paths
+from graphfix.onnxio.load import load_model
+from graphfix.onnxio.save import save_model
+from graphfix.onnxio.validate import check_graph
 from graphfix.passes.base import Pass
-from graphfix.report import Report
-from graphfix.shapes import DEFAULT_MAX_MEMORY
+from graphfix.pipeline import run as run_mod
+from graphfix.pipeline import settings as settings_mod
+from graphfix.report import writer as writer_mod
+from graphfix.report.model import Report
+from graphfix.runtime import worker as runtime_worker
+from graphfix.settings import checks as options
+from graphfix.verify.inputs import load_inputs, quiet_polygraphy
+from graphfix.verify.shapes import DEFAULT_MAX_MEMORY
 
 
 @dataclass
@@ -23,7 +32,7 @@ class FixResult:
     """The fixed model and what was done to it."""
 
     report: Report
-    outcome: pipeline.Outcome
+    outcome: settings_mod.Outcome
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -40,7 +49,7 @@ class FixResult:
         ``path`` plus its weights file (``<path>.data`` or ``external_data``); returns that path.
         """
         paths.plan_fix(self._source(), path, external_data=external_data)
-        with atomic.transaction():
+        with transaction_mod.transaction():
             return save_model(self.outcome.fixed, path, self.outcome.base_dir, external_data)
 
     def save_report(self, path: str | os.PathLike) -> None:
@@ -50,7 +59,7 @@ class FixResult:
         if self.report.output is not None:
             plan.writes.insert(0, paths.Use("the output", Path(self.report.output)))
             paths.check_collisions(plan)
-        with atomic.transaction():
+        with transaction_mod.transaction():
             write_report_files(self, path)
 
     def _source(self) -> str | None:
@@ -62,15 +71,14 @@ def write_report_files(result: FixResult, path: str | os.PathLike) -> None:
     """The report and its sidecars through the atomic writer (callers plan the paths first)."""
     if paths.sidecars(path) and result.outcome.baseline is not None:
         result.report.files = save_polygraphy_files(result.outcome, Path(path))
-    report.write(result.report, path)
+    writer_mod.write(result.report, path)
 
 
-def save_polygraphy_files(outcome: pipeline.Outcome, path: Path) -> dict[str, str]:
+def save_polygraphy_files(outcome: settings_mod.Outcome, path: Path) -> dict[str, str]:
     """Feeds and RunResults in polygraphy's JSON formats (``--load-inputs`` / ``--load-outputs``)."""
     from polygraphy.comparator import RunResults
     from polygraphy.json import to_json
 
-    from graphfix.verify import quiet_polygraphy
 
     inputs_path, outputs_path = paths.sidecars(path)
     results = RunResults()
@@ -79,8 +87,8 @@ def save_polygraphy_files(outcome: pipeline.Outcome, path: Path) -> dict[str, st
         results.append(("graphfix-fixed", outcome.final[0][1]))
     with quiet_polygraphy():
         feeds_json, results_json = to_json(outcome.feeds), to_json(results)
-    atomic.write_atomic(inputs_path, feeds_json.encode(), "report")
-    atomic.write_atomic(outputs_path, results_json.encode(), "report")
+    transaction_mod.write_atomic(inputs_path, feeds_json.encode(), "report")
+    transaction_mod.write_atomic(outputs_path, results_json.encode(), "report")
     return {"polygraphy_inputs": str(inputs_path), "polygraphy_outputs": str(outputs_path)}
 
 
@@ -132,7 +140,7 @@ def fix(
     folds is folded; verified against the original at those shapes). ``simplify``: onnxsim first
     (``graphfix[simplify]``), verified and rolled back like a pass. ``max_memory`` (bytes, or
     ``"4G"``): candidate verification shapes whose run is estimated above it are not tried.
-    ``timeout``: seconds one onnxruntime step may take (graphfix.runtime_worker.DEFAULT_TIMEOUT
+    ``timeout``: seconds one onnxruntime step may take (graphfix.runtime.worker.DEFAULT_TIMEOUT
     when None).
     Bad settings, paths or inputs raise GraphfixError before any work; onnxruntime crashing or
     outlasting ``timeout`` raises :class:`~graphfix.errors.OnnxruntimeDied` (a BaseException).
@@ -156,7 +164,7 @@ def fix(
         model = load_model(model)
     inputs = _check_inputs(model, inputs, inputs_file, verify, [*_shape_sets(input_shapes), *_shape_sets(fix_shapes)],
                            iterations, source)
-    settings = pipeline.Settings(
+    settings = settings_mod.Settings(
         passes=passes if isinstance(passes, str) else tuple(passes), skip=tuple(skip), trt=trt,
         force=tuple(force), verify=verify, verify_each=verify_each, strict=strict, atol=atol, rtol=rtol, seed=seed,
         iterations=iterations, input_shapes=_shape_sets(input_shapes),
@@ -167,7 +175,7 @@ def fix(
     )
     try:
         with runtime_worker.time_budget(timeout):
-            outcome = pipeline.run(model, settings, source, None if output is None else str(output), progress)
+            outcome = run_mod.run(model, settings, source, None if output is None else str(output), progress)
     except OnnxruntimeDied as exc:
         exc.path = exc.path or source
         raise
@@ -175,7 +183,7 @@ def fix(
     _describe_inputs(outcome.report, model, outcome.feeds, loaded=inputs is not None)
     result = FixResult(outcome.report, outcome)
     if output is not None:
-        with atomic.transaction():
+        with transaction_mod.transaction():
             save_model(outcome.fixed, output, settings.base_dir)
     return result
 
@@ -215,7 +223,6 @@ def _check_inputs(model: onnx.ModelProto, inputs, inputs_file: str | None, verif
                 options.check_feed_budget(model, shapes, iterations, where)
         return None
     if inputs_file is not None:
-        from graphfix.verify import load_inputs
 
         inputs = load_inputs(inputs_file, model)
     options.check_feeds(model, inputs, inputs_file)

@@ -32,7 +32,7 @@ def cut(text: str, limit: int) -> str:
 
 class OnnxruntimeDied(BaseException):  # noqa: N818 - like KeyboardInterrupt, it ends the run
     """onnxruntime crashed or outlasted the time budget in graphfix's worker process
-    (graphfix.runtime_worker). Exit code 2 like a GraphfixError, but a BaseException: the
+    (graphfix.runtime.worker). Exit code 2 like a GraphfixError, but a BaseException: the
     pipeline's ``except Exception`` fallbacks (onnxruntime's default settings, the next candidate
     shape, pass by pass) would only crash or wait again."""
 
@@ -45,3 +45,8 @@ class OnnxruntimeDied(BaseException):  # noqa: N818 - like KeyboardInterrupt, it
     def __str__(self) -> str:
         where = f"{self.path}: " if self.path else ""
         return f"{where}{self.what}; --no-verify skips verification"
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0].strip()

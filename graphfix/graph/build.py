@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from graphfix.graph.importer import all_graphs
+
 TensorLike = gs.Tensor | np.ndarray | int | float | bool | Sequence[int] | Sequence[float]
 
 
@@ -54,7 +56,6 @@ def _names(root: gs.Graph) -> set[str]:
     replace_tensor's ``__replaced``/``/gf.Identity``, never end in ``_<n>`` as builder names do.)"""
     taken = stored(root, "gf_names")
     if taken is None:
-        from graphfix.graph.convert import all_graphs
 
         taken = set()
         for g in all_graphs(root):  # g.tensors() would check every name twice
@@ -98,7 +99,6 @@ class Builder:
         is, with a finding; a string initializer could not be exported."""
         arr = np.asarray(value, dtype=dtype)
         if arr.dtype.kind in "OSU":
-            from graphfix.passes.base import Skip
 
             raise Skip("the rewrite would need a constant of string type; graphfix rewrites numeric tensors only")
         if arr.dtype == np.float64 and dtype is None and not isinstance(value, (np.ndarray, np.generic)):
@@ -233,3 +233,7 @@ class Builder:
 
     def transpose(self, x: gs.Tensor, perm: Sequence[int], **kw: Any) -> gs.Variable:
         return self.op("Transpose", [x], {"perm": list(perm)}, **kw)
+
+
+class Skip(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised by a rewrite to leave a matched node as it is, with the reason as a finding."""

@@ -13,7 +13,8 @@ from graphfix.graph.build import stored
 from graphfix.graph.edits import bodies, live_nodes, outer_reads
 from graphfix.graph.importer import all_graphs, fingerprint, import_typed
 from graphfix.graph.infer import complete
-from graphfix.model_io import Assembled, copy_fields, default_opset, weightless
+from graphfix.onnxio.ir import default_opset
+from graphfix.onnxio.proto import Assembled, copy_fields, weightless
 
 
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -111,7 +112,7 @@ def to_model(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto:
 
 def to_parts(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto | Assembled:
     """:func:`to_model`, with the template's unchanged initializers not copied into a new model
-    (an :class:`~graphfix.model_io.Assembled` model) when the graph came from ``template``."""
+    (an :class:`~graphfix.onnxio.load.Assembled` model) when the graph came from ``template``."""
     for g in list(all_graphs(graph)):
         _prune_and_sort(g)
     source = stored(graph, "gf_source")

@@ -16,15 +16,7 @@ from dataclasses import dataclass, field
 import onnx_graphsurgeon as gs
 
 from graphfix.graph.infer import infer_nodes
-
-_active: list[Edit] = []
-#: Bumped whenever an edit starts, ends or is undone: cached whole-graph analyses
-#: (:func:`live_nodes`) hold for one value of it.
-_generation = [0]
-
-
-def _edited() -> None:
-    _generation[0] += 1
+from graphfix.graph.state import _active, _edited, _generation
 
 
 @dataclass(eq=False)

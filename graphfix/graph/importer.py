@@ -25,6 +25,8 @@ from onnx_graphsurgeon.importers import onnx_importer as gsi
 from onnx_graphsurgeon.ir.tensor import LazyValues
 from onnx_graphsurgeon.util.misc import SynchronizedList
 
+from graphfix.graph.state import _active, _generation
+
 _A = onnx.AttributeProto
 
 
@@ -75,7 +77,6 @@ def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
     A graph found to have no bodies is remembered as such for its state (the edit generation
     and node count, as :func:`graphfix.graph.edits.live_nodes`): the pipeline asks a dozen times
     per run, and each walk over a 100k-node export's attributes took 40 ms."""
-    from graphfix.graph.edits import _active, _generation
 
     yield graph
     key = (_generation[0], len(graph.nodes))  # after the caller had the graph: it may have edited it

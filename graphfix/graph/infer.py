@@ -18,6 +18,8 @@ import onnx_graphsurgeon as gs
 from onnx import helper, numpy_helper
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
+from graphfix.graph.importer import all_graphs
+
 #: Constant inputs up to this many elements are given to inference as data (Reshape targets...).
 _DATA_LIMIT = 64
 
@@ -108,7 +110,6 @@ def complete(graph: gs.Graph) -> int:
     per-node inference first, then graphfix's rules for what that cannot give (Reshape's rank from
     its shape input's length, unary ops, broadcasting). Dims are never guessed: unknown dims stay
     None. Returns how many tensors gained something."""
-    from graphfix.graph.convert import all_graphs
 
     gained = 0
     for g in all_graphs(graph):

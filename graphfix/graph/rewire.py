@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from graphfix.graph.edits import note_replaced
+
 
 def tensor_dtype(t: gs.Tensor) -> np.dtype | None:
     """numpy dtype of a tensor, or None when inference could not tell."""
@@ -35,7 +37,6 @@ def replace_tensor(graph: gs.Graph, old: gs.Variable, new: gs.Tensor) -> None:
     """
     if new is old:
         return
-    from graphfix.graph.edits import note_replaced
 
     for node in list(old.inputs):
         idx = node.outputs.index(old)

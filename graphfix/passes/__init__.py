@@ -14,6 +14,7 @@ from functools import cache
 from types import ModuleType
 
 from graphfix.errors import GraphfixError
+from graphfix.graph.build import Skip
 from graphfix.passes import (
     activation_decompose,
     aten_fallback,
@@ -58,7 +59,7 @@ from graphfix.passes import (
     trilu_decompose,
     xor_decompose,
 )
-from graphfix.passes.base import Context, Finding, Pass, PassResult, Skip
+from graphfix.passes.base import Context, Finding, Pass, PassResult
 
 __all__ = ["PIPELINE", "Context", "Finding", "Pass", "PassResult", "Skip", "all_passes", "get", "insert", "select"]
 

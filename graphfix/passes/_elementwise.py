@@ -9,7 +9,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, tensor_dtype
-from graphfix.passes.base import Context, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import Context
 
 
 def onnx_domain(node: gs.Node, ctx: Context) -> bool:

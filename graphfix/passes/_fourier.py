@@ -8,7 +8,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import optional_input, tensor_dtype
-from graphfix.passes.base import Context, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import Context
 
 #: Largest basis (elements) a rewrite may add: 64 MB of float32.
 MAX_BASIS = 1 << 24

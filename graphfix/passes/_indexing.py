@@ -33,8 +33,9 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Builder, Folder, static_shape, tensor_dtype
-from graphfix.passes.base import Skip
+from graphfix.analysis.fold import Folder
+from graphfix.graph import Builder, static_shape, tensor_dtype
+from graphfix.graph.build import Skip
 
 Dim = int | gs.Tensor
 #: A runtime one-hot grid (rows x updates [x row size]) larger than this many elements is a finding.

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Folder, tensor_dtype
+from graphfix.analysis.fold import Folder
+from graphfix.graph import tensor_dtype
 
 #: Ops whose output values are values of input 0 (or of every data input, for the second group).
 _SAME_VALUES = frozenset({"Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose", "Expand", "Tile",

@@ -12,7 +12,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, tensor_dtype
-from graphfix.passes.base import Context, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import Context
 from graphfix.trt.versions import TrtVersion
 
 #: First parser whose ReduceMean/ReduceMax/... importers read an ``axes`` input (opset >= 18).

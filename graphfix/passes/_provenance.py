@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Folder
+from graphfix.analysis.fold import Folder
 
 _RANDOM = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 

@@ -11,7 +11,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder
-from graphfix.passes.base import Context, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import Context
 
 #: A dynamic-length integer scan is exact for lengths up to this.
 MAX_DYNAMIC_LENGTH = 1 << 20

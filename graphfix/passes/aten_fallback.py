@@ -8,7 +8,7 @@ registered for op: ATen"), and onnxruntime cannot run it either. The classic cas
 not factor of input size"); norms fall back in Caffe2-flavoured builds and when the input rank
 is unknown at export.
 
-Node forms read (see :mod:`graphfix.aten_reference`): every argument an input (scalars and int
+Node forms read (see :mod:`graphfix.analysis.aten_reference`): every argument an input (scalars and int
 lists as Constant tensors, ``None`` as an empty input), or tensors as inputs and the other
 arguments as attributes named after the ATen schema. Non-tensor arguments must fold to constants.
 
@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.aten_reference import (
+from graphfix.analysis.aten_reference import (
     ATEN_DOMAIN,
     ATEN_SIGNATURES,
     INTS,
@@ -60,9 +60,10 @@ from graphfix.aten_reference import (
     scalar,
 )
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
+from graphfix.graph.build import Skip
 from graphfix.passes._norm import element_count, reduce_mean_reads_axes, standardize
 from graphfix.passes._provenance import runtime_path
-from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
 Args = dict[str, Any]
 

@@ -64,7 +64,8 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input, replace_tensor, tensor_dtype
-from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule
 
 #: Static masks up to this many elements become one constant.
 MAX_CONSTANT_MASK = 1 << 16

@@ -11,7 +11,7 @@ TensorRT prints, and the evidence it rests on. Everything else is derived from t
 cannot disagree: ``match`` (a rule holds for the target), ``needed_by`` (the union of the rule
 ranges), ``fixes`` (their error ids), and `graphfix check`'s findings (the rule that holds).
 
-Contract checked on every run (see :meth:`Pass.run_on_graph` and ``graphfix.pipeline``):
+Contract checked on every run (see :meth:`Pass.run_on_graph` and ``graphfix.pipeline.run``):
 *requires* — the pass only sees nodes of its ``ops``; *ensures* — after the pass no node it
 matches is left except those it reported as findings (``Skip``), and the graph's input/output
 names, dtypes and shapes are unchanged. ``changed`` counts the edits actually made.
@@ -28,9 +28,12 @@ from typing import Any
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Builder, Folder, to_graph, to_model
-from graphfix.graph.convert import all_graphs
+from graphfix.analysis.fold import Folder
+from graphfix.graph import Builder, to_graph, to_model
+from graphfix.graph.build import Skip
 from graphfix.graph.edits import Edit, EditLog, live_nodes
+from graphfix.graph.importer import all_graphs
+from graphfix.trt.support import describe_range
 from graphfix.trt.versions import TrtVersion, VersionRange
 
 # Rule kinds: the specific thing a TensorRT release objects to.
@@ -52,10 +55,6 @@ class Finding:
 
     def as_dict(self) -> dict[str, str]:
         return {"node": self.node, "op": self.op, "message": self.message}
-
-
-class Skip(Exception):  # noqa: N818 - a control-flow signal, not an error
-    """Raised by a rewrite to leave a matched node as it is, with the reason as a finding."""
 
 
 @dataclass
@@ -162,7 +161,6 @@ class Pass:
 
     @property
     def needed_by(self) -> str:
-        from graphfix.trt.support import describe_range
 
         return describe_range(self.versions)
 

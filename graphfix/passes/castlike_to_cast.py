@@ -18,7 +18,8 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import replace_tensor, tensor_dtype
-from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:

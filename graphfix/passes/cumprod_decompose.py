@@ -34,8 +34,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
+from graphfix.graph.build import Skip
 from graphfix.passes._scan import MAX_DYNAMIC_LENGTH, along_last, constant_axis, log_scan
-from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 from graphfix.trt.support import evidence
 
 #: Static float lengths up to this get the exact sequential chain (2n nodes); longer ones the scan.

@@ -35,8 +35,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, is_weights, replace_tensor, tensor_dtype
+from graphfix.graph.build import Skip
 from graphfix.passes._scan import MAX_DYNAMIC_LENGTH, along_last, constant_axis, log_scan, pad_last
-from graphfix.passes.base import MUST_BE_WEIGHTS, NO_IMPORTER, TYPE, WRONG_RESULTS, Context, Pass, Rule, Skip
+from graphfix.passes.base import MUST_BE_WEIGHTS, NO_IMPORTER, TYPE, WRONG_RESULTS, Context, Pass, Rule
 
 #: Static lengths up to this use one triangular MatMul; longer ones are blocked by this size.
 BLOCK = 64

@@ -30,8 +30,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import replace_tensor
+from graphfix.graph.build import Skip
 from graphfix.passes._fourier import check_size, constant_int, float_dtype, fourier_basis
-from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
 
 def irfft_basis(bins: int, length: int, channels: int) -> np.ndarray:

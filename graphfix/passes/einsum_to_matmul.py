@@ -30,7 +30,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
-from graphfix.passes.base import LIMIT, NO_IMPORTER, TYPE, Context, Pass, Rule, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import LIMIT, NO_IMPORTER, TYPE, Context, Pass, Rule
 
 #: Size assumed for a dynamic dim when ordering contractions (only affects the order).
 _DYNAMIC_GUESS = 64

@@ -58,9 +58,11 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Folder, is_weights, optional_input, tensor_dtype
+from graphfix.analysis.fold import Folder
+from graphfix.graph import is_weights, optional_input, tensor_dtype
+from graphfix.graph.build import Skip
 from graphfix.passes._provenance import runtime_path
-from graphfix.passes.base import MUST_BE_WEIGHTS, Context, Pass, Rule, Skip
+from graphfix.passes.base import MUST_BE_WEIGHTS, Context, Pass, Rule
 
 #: Largest folded value (elements): a 4096 x 4096 or 512 x 512 x 7 x 7 weight still folds.
 WEIGHTS_MAX_ELEMENTS = 1 << 24

@@ -25,6 +25,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor
+from graphfix.graph.build import Skip
 from graphfix.passes._indexing import (
     Dim,
     arange,
@@ -36,7 +37,7 @@ from graphfix.passes._indexing import (
     numpy_linear,
     shape_tensor,
 )
-from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:

@@ -58,7 +58,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
-from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule
 
 #: Keys' cubic convolution coefficient used by the ONNX reference and onnxruntime.
 CUBIC_A = -0.75

@@ -43,6 +43,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, static_shape
+from graphfix.graph.build import Skip
 from graphfix.passes._norm import (
     element_count,
     float_dtype,
@@ -50,7 +51,7 @@ from graphfix.passes._norm import (
     standardize,
     stash_dtype,
 )
-from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule, Skip
+from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule
 
 #: First opset whose GroupNormalization takes per-channel scale/bias.
 PER_CHANNEL_OPSET = 21

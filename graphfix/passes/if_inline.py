@@ -27,8 +27,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, is_weights, replace_tensor
-from graphfix.graph.convert import all_graphs
-from graphfix.passes.base import LIMIT, MUST_BE_WEIGHTS, NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.graph.build import Skip
+from graphfix.graph.importer import all_graphs
+from graphfix.passes.base import LIMIT, MUST_BE_WEIGHTS, NO_IMPORTER, Context, Pass, Rule
 
 
 def _condition(node: gs.Node, ctx: Context) -> bool | None:

@@ -29,8 +29,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import replace_tensor, tensor_dtype
+from graphfix.graph.build import Skip
 from graphfix.passes._int_bounds import Bounds
-from graphfix.passes.base import TYPE, Context, Pass, Rule, Skip
+from graphfix.passes.base import TYPE, Context, Pass, Rule
 
 OPS = frozenset({"ArgMax", "ArgMin", "TopK"})
 #: Largest magnitude FLOAT holds every integer up to.

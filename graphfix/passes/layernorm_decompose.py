@@ -45,8 +45,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import optional_input, replace_tensor
+from graphfix.graph.build import Skip
 from graphfix.passes._norm import element_count, float_dtype, reduce_mean_reads_axes, standardize, stash_dtype
-from graphfix.passes.base import LIMIT, NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.passes.base import LIMIT, NO_IMPORTER, Context, Pass, Rule
 from graphfix.trt.versions import TrtVersion
 
 #: First release with a LayerNormalization importer (and the Y-only output restriction).

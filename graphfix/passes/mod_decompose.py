@@ -46,7 +46,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
-from graphfix.passes.base import NO_IMPORTER, TYPE, Context, Pass, Rule, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import NO_IMPORTER, TYPE, Context, Pass, Rule
 
 #: Integer types computed in a wider signed type (ONNX Div/Less kernels and TensorRT lack them).
 _WIDEN = {np.dtype(np.int8): np.int32, np.dtype(np.int16): np.int32, np.dtype(np.uint8): np.int32,

@@ -23,9 +23,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from graphfix.analysis.origin import reaches_shape_input
 from graphfix.graph import replace_tensor, tensor_dtype
-from graphfix.graph.origin import reaches_shape_input
-from graphfix.passes.base import LIMIT, NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import LIMIT, NO_IMPORTER, Context, Pass, Rule
 
 
 def _runtime_depth(node: gs.Node, ctx: Context) -> bool:

@@ -27,7 +27,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, is_weights, optional_input, replace_tensor, tensor_dtype
-from graphfix.passes.base import LIMIT, MUST_BE_WEIGHTS, Context, Pass, Rule, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import LIMIT, MUST_BE_WEIGHTS, Context, Pass, Rule
 
 _INT_MAX = np.iinfo(np.int64).max
 

@@ -44,8 +44,8 @@ from typing import Union
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from graphfix.analysis.origin import CONST, DATA, SHAPE, ValueOrigins
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
-from graphfix.graph.origin import CONST, DATA, SHAPE, ValueOrigins
 from graphfix.passes.base import LIMIT, Context, Pass, Rule
 
 #: Static bounds up to this many values become one constant; larger ones a constant-input Range.

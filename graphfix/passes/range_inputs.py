@@ -40,9 +40,10 @@ from fractions import Fraction
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from graphfix.analysis.origin import DATA, SHAPE, Origin, ValueOrigins
 from graphfix.graph import Builder, is_weights, replace_tensor, tensor_dtype
-from graphfix.graph.origin import DATA, SHAPE, Origin, ValueOrigins
-from graphfix.passes.base import TYPE, Context, Pass, Rule, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import TYPE, Context, Pass, Rule
 
 #: Range outputs up to this many elements are folded whole; bigger ones keep a Range node.
 MAX_FOLDED_ELEMENTS = 1 << 16

@@ -34,8 +34,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
-from graphfix.graph.build import PRODUCT_TERMS, lengths
-from graphfix.passes.base import WRONG_RESULTS, Context, Pass, Rule, Skip
+from graphfix.graph.build import PRODUCT_TERMS, Skip, lengths
+from graphfix.passes.base import WRONG_RESULTS, Context, Pass, Rule
 
 _SUM_FAMILY = {"ReduceMean", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}
 _ORDER = {"ReduceMax", "ReduceMin"}

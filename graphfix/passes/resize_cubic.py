@@ -64,8 +64,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
+from graphfix.graph.build import Skip
 from graphfix.graph.weights import optional_input
-from graphfix.passes.base import LIMIT, Context, Pass, Rule, Skip
+from graphfix.passes.base import LIMIT, Context, Pass, Rule
 
 F32 = np.float32
 #: Tap offsets around floor(coordinate).

@@ -34,6 +34,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import replace_tensor, tensor_dtype
+from graphfix.graph.build import Skip
 from graphfix.passes._norm import (
     element_count,
     float_dtype,
@@ -42,7 +43,7 @@ from graphfix.passes._norm import (
     stash_dtype,
     uses_reduce_mean,
 )
-from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 from graphfix.trt.support import evidence
 
 

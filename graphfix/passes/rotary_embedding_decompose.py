@@ -36,8 +36,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input, replace_tensor
+from graphfix.graph.build import Skip
 from graphfix.passes._elementwise import float_dtype
-from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 from graphfix.trt.support import evidence
 
 _INT_MAX = np.iinfo(np.int64).max

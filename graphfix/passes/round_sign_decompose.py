@@ -30,8 +30,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
+from graphfix.graph.build import Skip
 from graphfix.passes._elementwise import float_dtype, onnx_domain
-from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
 
 def _sign(b: Builder, x: gs.Tensor, dtype: np.dtype) -> gs.Tensor:

@@ -44,6 +44,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, static_shape
+from graphfix.graph.build import Skip
 from graphfix.passes._indexing import (
     MAX_MAP_ENTRIES,
     Dim,
@@ -63,7 +64,7 @@ from graphfix.passes._indexing import (
     scatter_rows_constant,
     shape_tensor,
 )
-from graphfix.passes.base import NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule, Skip
+from graphfix.passes.base import NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule
 
 _INT_MAX = np.iinfo(np.int64).max
 

@@ -27,7 +27,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor, tensor_dtype
-from graphfix.passes.base import LIMIT, TYPE, WRONG_RESULTS, Context, Pass, Rule, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import LIMIT, TYPE, WRONG_RESULTS, Context, Pass, Rule
 from graphfix.trt.versions import TrtVersion
 
 _BASE_TYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int32)}

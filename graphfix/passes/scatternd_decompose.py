@@ -44,6 +44,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, replace_tensor
+from graphfix.graph.build import Skip
 from graphfix.passes._indexing import (
     MAX_FACTORED_UPDATES,
     MAX_MAP_ENTRIES,
@@ -64,7 +65,7 @@ from graphfix.passes._indexing import (
     scatter_rows_constant,
     shape_tensor,
 )
-from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule, Skip
+from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule
 
 
 def _runtime_reduction(node: gs.Node, ctx: Context) -> bool:

@@ -24,9 +24,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from graphfix.analysis.origin import DATA, ValueOrigins, reaches_shape_input
 from graphfix.graph import replace_tensor, tensor_dtype
-from graphfix.graph.origin import DATA, ValueOrigins, reaches_shape_input
-from graphfix.passes.base import LIMIT, Context, Pass, Rule, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import LIMIT, Context, Pass, Rule
 
 #: Ops the 8.0/8.2 parsers cannot compute shape tensors with, and that exports put on shape paths.
 OPS = frozenset({"Neg", "Abs", "Relu", "Floor", "Ceil", "Pow", "Clip", "Sqrt"})

@@ -31,7 +31,7 @@ and framing by Gather then a MatMul 0.12-0.17x; for N = 512, step 128, 0.58x and
 Conv, which is also the form without shape arithmetic, is used. Its error against a float64 FFT is
 4e-5 where onnxruntime's STFT is off by 1.6e-3 at N = 400: onnxruntime's DFT of a length that is
 not a power of two loses about N^2 ulps, so verification computes such a model's original outputs
-with the ONNX reference evaluator (``graphfix.verify``).
+with the ONNX reference evaluator (``graphfix.verify.sessions``).
 
 A window that is not a constant (computed at run time) cannot be folded into the weights: the
 frames are then cut by a Conv with a one-hot kernel, multiplied by the window and transformed by
@@ -46,8 +46,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, is_weights, optional_input, replace_tensor, tensor_dtype
+from graphfix.graph.build import Skip
 from graphfix.passes._fourier import check_size, constant_int, float_dtype, fourier_basis
-from graphfix.passes.base import MUST_BE_WEIGHTS, NO_IMPORTER, TYPE, Context, Pass, Rule, Skip
+from graphfix.passes.base import MUST_BE_WEIGHTS, NO_IMPORTER, TYPE, Context, Pass, Rule
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:

@@ -12,7 +12,7 @@ meaning. Sigmoid and Mul have importers in every release.
 
 Verification: onnxruntime 1.32 cannot run opset-28 SwiGLU itself ("Could not find an
 implementation for Swish(24)"), so graphfix runs such an original on the ONNX reference evaluator
-(asked of the installed onnxruntime once, ``graphfix.verify``) and the rewrite on onnxruntime.
+(asked of the installed onnxruntime once, ``graphfix.verify.sessions``) and the rewrite on onnxruntime.
 
 Left out: bfloat16 inputs (a finding).
 """

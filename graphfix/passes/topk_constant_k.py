@@ -27,9 +27,11 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Builder, Folder, is_weights, replace_tensor, tensor_dtype
+from graphfix.analysis.fold import Folder
+from graphfix.graph import Builder, is_weights, replace_tensor, tensor_dtype
+from graphfix.graph.build import Skip
 from graphfix.passes._int_bounds import Bounds
-from graphfix.passes.base import MUST_BE_WEIGHTS, Context, Pass, Rule, Skip
+from graphfix.passes.base import MUST_BE_WEIGHTS, Context, Pass, Rule
 
 #: Ops that pass K's value through unchanged.
 _THROUGH = frozenset({"Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Cast", "Concat"})

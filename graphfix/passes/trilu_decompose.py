@@ -22,7 +22,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input, replace_tensor, tensor_dtype
-from graphfix.passes.base import LIMIT, NO_IMPORTER, Context, Pass, Rule, Skip
+from graphfix.graph.build import Skip
+from graphfix.passes.base import LIMIT, NO_IMPORTER, Context, Pass, Rule
 
 #: Static masks up to this many elements become one BOOL constant.
 MAX_CONSTANT_MASK = 1 << 16

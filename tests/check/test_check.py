@@ -10,9 +10,9 @@ import pytest
 import graphfix
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import inp, model, node, out
-from graphfix.cli import main
-from graphfix.model_io import load_model
-from graphfix.trt.check import check_model, passes_for
+from graphfix.check.findings import check_model, passes_for
+from graphfix.cli.main import main
+from graphfix.onnxio.load import load_model
 from graphfix.trt.versions import TrtVersion
 
 FIX = {fx.name: (group, fx) for group, fx in all_fixtures()}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from graphfix.cli import main
+from graphfix.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 TRT_CHECK = ROOT / "fixtures" / "trt_check"

@@ -12,8 +12,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from graphfix.cli import main
-from graphfix.trt.check import DETECTOR_ADVICE, check_model
+from graphfix.check.findings import DETECTOR_ADVICE, check_model
+from graphfix.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 MASKRCNN = ROOT / "fixtures" / "real" / "maskrcnn_paste_masks.onnx"

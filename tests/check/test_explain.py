@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from graphfix import passes
-from graphfix.cli import main
-from graphfix.trt import errors, support
-from graphfix.trt.errors import match_log
+from graphfix.check import errors
+from graphfix.check.errors import match_log
+from graphfix.cli.main import main
+from graphfix.trt import support
 
 ENTRIES = support.errors()
 FIXED_BY = {error_id: p.name for p in reversed(passes.all_passes()) for error_id in p.fixes}  # first fixer wins

@@ -11,8 +11,8 @@ from onnx import defs, helper
 
 import graphfix
 from fixtures.make_fixtures import all_fixtures
+from graphfix.check.findings import check_model
 from graphfix.trt import support
-from graphfix.trt.check import check_model
 from tests.helpers.support import node_cases
 
 NEWEST = defs.onnx_opset_version()

@@ -14,7 +14,7 @@ import pytest
 
 from fixtures.recipes import fold_clip
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
-from graphfix.cli import main
+from graphfix.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

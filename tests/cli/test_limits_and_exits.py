@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import graphfix
-from graphfix.cli import main
+from graphfix.cli.main import main
 from graphfix.errors import GraphfixError
 
 ROOT = Path(__file__).resolve().parents[2]

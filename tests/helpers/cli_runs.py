@@ -14,7 +14,7 @@ import onnx
 from onnx import numpy_helper
 
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
-from graphfix.cli import main
+from graphfix.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "fixtures" / "fold_clip" / "superpoint_descriptor_norm.onnx"
@@ -34,7 +34,7 @@ def snapshot(root: Path) -> dict[str, tuple[str, int]]:
     return snap
 
 
-#: What a run prints on a non-terminal stderr as each phase ends (graphfix.commands.fix._Progress).
+#: What a run prints on a non-terminal stderr as each phase ends (graphfix.cli.fix._Progress).
 PHASE_LINE = re.compile(r"^graphfix: .* \.\.\. \d+\.\ds$")
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from graphfix.model_io import runtime_compatible
+from graphfix.onnxio.ir import runtime_compatible
 
 
 def plain_run(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

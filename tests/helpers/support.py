@@ -12,9 +12,9 @@ import onnxruntime as ort
 
 from graphfix import passes
 from graphfix.graph import to_graph
-from graphfix.model_io import runtime_compatible, runtime_limits
+from graphfix.onnxio.ir import runtime_compatible, runtime_limits
 from graphfix.passes.base import Context, PassResult
-from graphfix.verify import make_inputs
+from graphfix.verify.inputs import make_inputs
 
 #: Newest default-domain opset the installed onnxruntime loads (asked of it; node test cases are newer).
 ORT_MAX_OPSET = runtime_limits()[1]
@@ -39,7 +39,8 @@ def remaining_matches(model: onnx.ModelProto, pass_name: str) -> list[str]:
     """Names of nodes the pass would still match (must be empty after the pass)."""
     p = passes.get(pass_name)
     graph = to_graph(model)
-    from graphfix.graph import Builder, Folder
+    from graphfix.analysis.fold import Folder
+    from graphfix.graph import Builder
 
     ctx = Context(graph, Builder(graph), Folder(graph))
     return [f"{n.op}:{n.name}" for n in graph.nodes if p.match(n, ctx)]

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphfix.cli import main
+from graphfix.cli.main import main
 from tests.helpers.models import weight_chain
 
 
@@ -89,17 +89,17 @@ def test_sessions_get_big_inline_weights_as_values_not_serialized(tmp_path):
     """Verification sessions: big inline initializers go to onnxruntime as OrtValues over their
     bytes (the serialized model holds stubs), small ones and external ones as before; the
     outputs are onnxruntime's own on the plain model."""
-    from graphfix import external
-    from graphfix.model_io import Assembled, serialized
+    from graphfix.onnxio.proto import Assembled, serialized
+    from graphfix.runtime import session as session_mod
 
     m = weight_chain(3, 64)
     m.graph.initializer.append(numpy_helper.from_array(np.ones((4,), np.float32), "small"))
-    stub, names, arrays = external._hand_over(Assembled.of(m))
+    stub, names, arrays = session_mod._hand_over(Assembled.of(m))
     assert names == ["w0", "w1", "w2"] and all(a.shape == (64, 64) for a in arrays)
     assert len(serialized(stub)) < 4096 and len(serialized(m)) > 3 * 64 * 64 * 4
     np.testing.assert_array_equal(arrays[1], numpy_helper.to_array(m.graph.initializer[1]))
     x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
-    got = external.session(m, None).run(None, {"x": x})[0]
+    got = session_mod.session(m, None).run(None, {"x": x})[0]
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, want)
     # mixed with real external data (those stay references onnxruntime reads from the folder),
@@ -111,9 +111,9 @@ def test_sessions_get_big_inline_weights_as_values_not_serialized(tmp_path):
     onnx.save(base, str(tmp_path / "ext.onnx"), save_as_external_data=True, location="e.bin", size_threshold=8192)
     ext = onnx.load(str(tmp_path / "ext.onnx"), load_external_data=False)
     ext.graph.initializer.append(numpy_helper.from_array(np.ones((64, 64), np.float32), "unread"))
-    assert external._hand_over(Assembled.of(ext))[1] == ["bias"]
+    assert session_mod._hand_over(Assembled.of(ext))[1] == ["bias"]
     x = np.random.default_rng(1).standard_normal((1, 1024)).astype(np.float32)
-    np.testing.assert_array_equal(external.session(ext, tmp_path).run(None, {"x": x})[0], _run(tmp_path / "ext.onnx", x))
+    np.testing.assert_array_equal(session_mod.session(ext, tmp_path).run(None, {"x": x})[0], _run(tmp_path / "ext.onnx", x))
 
 
 def test_external_data_keys_that_are_not_text_are_refused_in_one_line(external_model: Path, capfd):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-from graphfix.cli import main
+from graphfix.cli.main import main
 
 
 def _clip_model(input_type: int = TensorProto.FLOAT, bound_dims: int = 0) -> onnx.ModelProto:

@@ -1,4 +1,4 @@
-"""aten-fallback: fixtures verified against graphfix.aten_reference, random adaptive pooling, findings."""
+"""aten-fallback: fixtures verified against graphfix.analysis.aten_reference, random adaptive pooling, findings."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, FLOAT16, INT64, const, inp, out
 from fixtures.recipes.aten_fallback import aten, aten_model
 from graphfix import passes
-from graphfix.aten_reference import run_reference
-from graphfix.model_io import runtime_compatible
-from graphfix.trt.check import check_model
-from graphfix.verify import make_inputs
+from graphfix.analysis.aten_reference import run_reference
+from graphfix.check.findings import check_model
+from graphfix.onnxio.ir import runtime_compatible
+from graphfix.verify.inputs import make_inputs
 from tests.helpers.support import assert_outputs_match, ort_run, remaining_matches
 
 PASS = "aten-fallback"

@@ -1,4 +1,4 @@
-"""graphfix.aten_reference: the ATen kernels against onnxruntime's native ops and independent numpy."""
+"""graphfix.analysis.aten_reference: the ATen kernels against onnxruntime's native ops and independent numpy."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from onnx import helper
 
 from fixtures.recipes._onnx import FLOAT, inp, out
 from fixtures.recipes.aten_fallback import aten, aten_model
-from graphfix import aten_reference as ref
+from graphfix.analysis import aten_reference as ref
 from tests.helpers.support import ort_run
 
 

@@ -15,7 +15,7 @@ import graphfix
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import BOOL, FLOAT, INT64, inp, model, node, out
 from graphfix import passes
-from graphfix.trt.check import BLOCKING, check_model
+from graphfix.check.findings import BLOCKING, check_model
 from tests.helpers.support import (
     case_feeds,
     check_fixture,

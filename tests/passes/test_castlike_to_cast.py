@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import inp, model, node, out
 from graphfix import passes
-from graphfix.trt.check import check_model
+from graphfix.check.findings import check_model
 from tests.helpers.support import case_feeds, check_fixture, check_rewrite, node_cases, ort_run, runnable
 
 FIXTURES = {fx.name: fx for group, fx in all_fixtures() if group == "castlike_to_cast"}

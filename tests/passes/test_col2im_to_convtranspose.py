@@ -14,9 +14,9 @@ import graphfix
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, INT32, INT64, init, inp, model, node, out
 from graphfix import passes
-from graphfix.model_io import runtime_compatible
+from graphfix.check.findings import check_model
+from graphfix.onnxio.ir import runtime_compatible
 from graphfix.trt import support
-from graphfix.trt.check import check_model
 from tests.helpers.support import (
     case_feeds,
     check_fixture,
@@ -180,10 +180,10 @@ def test_random_fold_geometry_slow(g):
 def test_verified_where_onnxruntime_col2im_is_wrong(args):
     """onnxruntime misplaces multi-channel 1-D/3-D Col2Im blocks with dilation > 1; verification
     then runs the ONNX reference evaluator, so the correct rewrite is kept, not rolled back."""
-    from graphfix import verify
+    from graphfix.verify import sessions
 
     m, shape = _fold_model(*args, batch=1, channels=2, dynamic=False)
-    assert verify._wrong_in_onnxruntime(m) == (not verify._onnxruntime_col2im_dilation_ok())
+    assert sessions._wrong_in_onnxruntime(m) == (not sessions._onnxruntime_col2im_dilation_ok())
     result = graphfix.fix(m, NAME, val_range={"x": (-1.0, 1.0)})
     assert result.report.passes[0].verdict == "kept", result.report.passes[0].reason
     x = np.random.default_rng(5).uniform(-1, 1, shape).astype(np.float32)

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, INT32, INT64, init, inp, model, node, out
 from graphfix import passes
+from graphfix.check.findings import check_model
 from graphfix.passes.cumprod_decompose import CHAIN
-from graphfix.trt.check import check_model
 from tests.helpers.support import check_fixture, check_node_case, check_rewrite, node_cases, ort_run
 
 PASS = "cumprod-decompose"

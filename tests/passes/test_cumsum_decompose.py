@@ -12,7 +12,7 @@ from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, INT32, INT64, init, inp, model, node, out
 from graphfix import passes
 from graphfix.passes.cumsum_decompose import BLOCK
-from graphfix.verify import make_inputs
+from graphfix.verify.inputs import make_inputs
 from tests.helpers.support import (
     case_feeds,
     check_fixture,

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, INT64, init, inp, model, node, out
 from graphfix import passes
-from graphfix.model_io import runtime_compatible
+from graphfix.check.findings import check_model
+from graphfix.onnxio.ir import runtime_compatible
 from graphfix.trt import support
-from graphfix.trt.check import check_model
-from graphfix.verify import make_inputs
+from graphfix.verify.inputs import make_inputs
 from tests.helpers.support import frozen_case_runs, node_cases, ort_run, remaining_matches
 
 NAME = "dft-decompose"
@@ -149,13 +149,13 @@ def test_random_dft_slow(d):
 def test_onnxruntime_is_the_reference_only_for_power_of_two_lengths():
     """onnxruntime's DFT is exact to rounding for 2^k points only; the length comes from dft_length
     or, without it, from the declared shape of the transformed axis (opset 17 attribute, 20 input)."""
-    from graphfix import verify
+    from graphfix.verify import sessions
 
-    if verify._onnxruntime_dft_length_ok():
+    if sessions._onnxruntime_dft_length_ok():
         pytest.skip("the installed onnxruntime's DFT is exact at any length")
-    assert not verify._wrong_in_onnxruntime(_dft_model([2, 8, 3, 1], 1, None, 0, 0, 17))
-    assert not verify._wrong_in_onnxruntime(_dft_model([2, 6, 16, 1], 2, None, 0, 0, 20))
-    assert not verify._wrong_in_onnxruntime(_dft_model([2, 6, 3, 1], 1, 32, 0, 0, 17))
-    assert verify._wrong_in_onnxruntime(_dft_model([2, 6, 3, 1], 1, None, 0, 0, 17))
-    assert verify._wrong_in_onnxruntime(_dft_model([2, 8, 3, 1], 1, 12, 0, 0, 20))
-    assert verify._wrong_in_onnxruntime(_dft_model([2, 5, 3, 2], 1, None, 1, 1, 20))  # irfft: 2 * (bins - 1)
+    assert not sessions._wrong_in_onnxruntime(_dft_model([2, 8, 3, 1], 1, None, 0, 0, 17))
+    assert not sessions._wrong_in_onnxruntime(_dft_model([2, 6, 16, 1], 2, None, 0, 0, 20))
+    assert not sessions._wrong_in_onnxruntime(_dft_model([2, 6, 3, 1], 1, 32, 0, 0, 17))
+    assert sessions._wrong_in_onnxruntime(_dft_model([2, 6, 3, 1], 1, None, 0, 0, 17))
+    assert sessions._wrong_in_onnxruntime(_dft_model([2, 8, 3, 1], 1, 12, 0, 0, 20))
+    assert sessions._wrong_in_onnxruntime(_dft_model([2, 5, 3, 2], 1, None, 1, 1, 20))  # irfft: 2 * (bins - 1)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, INT64, inp, model, node, out
 from graphfix.passes.einsum_to_matmul import parse
-from graphfix.verify import make_inputs
+from graphfix.verify.inputs import make_inputs
 from tests.helpers.support import case_feeds, check_fixture, check_rewrite, node_cases, ort_run, runnable
 
 FIXTURES = [fx for group, fx in all_fixtures() if group == "einsum_to_matmul"]

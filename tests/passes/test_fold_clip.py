@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, INT32, INT64, const, init, inp, model, node, out
-from graphfix.verify import make_inputs
+from graphfix.verify.inputs import make_inputs
 from tests.helpers.support import (
     case_feeds,
     check_fixture,

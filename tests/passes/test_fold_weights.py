@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, FLOAT16, INT64, const, init, inp, model, node, out
 from graphfix import passes
+from graphfix.check.findings import check_model
 from graphfix.graph import to_graph
 from graphfix.passes import fold_weights
-from graphfix.trt.check import check_model
-from graphfix.verify import make_inputs
+from graphfix.verify.inputs import make_inputs
 from tests.helpers.support import (
     case_feeds,
     check_fixture,

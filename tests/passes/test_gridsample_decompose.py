@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, FLOAT16, INT64, inp, model, node, out
 from graphfix import passes
-from graphfix.trt.check import check_model
-from graphfix.verify import make_inputs
+from graphfix.check.findings import check_model
+from graphfix.verify.inputs import make_inputs
 from tests.helpers.support import case_feeds, check_fixture, check_rewrite, node_cases, ort_run, runnable
 
 NAME = "gridsample-decompose"

@@ -16,8 +16,8 @@ from onnx import helper
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, FLOAT16, init, inp, node, out
 from graphfix import passes
-from graphfix.trt.check import check_model
-from graphfix.verify import make_inputs
+from graphfix.check.findings import check_model
+from graphfix.verify.inputs import make_inputs
 from tests.helpers.normalization import assert_close, ops, plain_run
 from tests.helpers.support import case_feeds, check_fixture, check_rewrite, node_cases, ort_run, runnable
 

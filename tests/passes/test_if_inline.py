@@ -10,8 +10,8 @@ from onnx import TensorProto, helper
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import BOOL, FLOAT, const, inp, model, node, out
 from graphfix import passes
+from graphfix.check.findings import check_model
 from graphfix.graph import to_graph, to_model
-from graphfix.trt.check import check_model
 from tests.helpers.support import (
     check_fixture,
     check_rewrite,

@@ -14,7 +14,7 @@ import graphfix
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import INT64, const, init, inp, model, node, out
 from graphfix import passes
-from graphfix.trt.check import check_model
+from graphfix.check.findings import check_model
 from tests.helpers.support import (
     case_feeds,
     check_fixture,

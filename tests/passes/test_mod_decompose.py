@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import inp, model, node, out
 from graphfix import passes
-from graphfix.trt.check import check_model
+from graphfix.check.findings import check_model
 from tests.helpers.support import case_feeds, check_fixture, check_rewrite, node_cases, ort_run, runnable
 
 FIXTURES = [fx for group, fx in all_fixtures() if group == "mod_decompose"]
@@ -153,7 +153,7 @@ def test_random_mod_equals_onnxruntime_slow(case):
 def _session(m: onnx.ModelProto, optimized: bool):
     import onnxruntime as ort
 
-    from graphfix.model_io import runtime_compatible
+    from graphfix.onnxio.ir import runtime_compatible
 
     options = ort.SessionOptions()
     if not optimized:

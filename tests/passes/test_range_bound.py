@@ -12,7 +12,7 @@ from onnx import TensorProto
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, INT32, INT64, const, init, inp, model, node, out
 from graphfix import passes
-from graphfix.trt.check import check_model
+from graphfix.check.findings import check_model
 from tests.helpers.support import check_fixture, check_rewrite, node_cases, ort_run
 
 FIXTURES = {fx.name: fx for group, fx in all_fixtures() if group == "range_bound"}

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, INT64, const, inp, model, node, out
 from graphfix import passes
-from graphfix.trt.check import check_model
+from graphfix.check.findings import check_model
 from tests.helpers.support import (
     case_feeds,
     check_rewrite,

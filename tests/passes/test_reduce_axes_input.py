@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, init, inp, model, node, out
 from graphfix import passes
+from graphfix.check.findings import check_model
 from graphfix.graph.build import PRODUCT_TERMS
 from graphfix.passes.reduce_axes_input import OPS
-from graphfix.trt.check import check_model
 from tests.helpers.support import case_feeds, check_fixture, check_rewrite, node_cases, ort_run
 
 FIXTURES = [fx for group, fx in all_fixtures() if group == "reduce_axes_input"]

@@ -18,8 +18,9 @@ import pytest
 
 from fixtures.make_fixtures import all_fixtures
 from graphfix import passes
-from graphfix.graph import Builder, Folder, to_graph
-from graphfix.graph.convert import all_graphs
+from graphfix.analysis.fold import Folder
+from graphfix.graph import Builder, to_graph
+from graphfix.graph.importer import all_graphs
 from graphfix.passes.base import KINDS, Context
 from graphfix.trt import support
 from graphfix.trt.versions import TrtVersion, VersionRange
@@ -162,7 +163,7 @@ def test_no_rule_reaches_the_rewrite(p):
 
 
 def _blocking_nodes(models, releases) -> set[tuple[str, str]]:
-    from graphfix.trt.check import BLOCKING, check_model
+    from graphfix.check.findings import BLOCKING, check_model
 
     return {(v, f.node) for v in releases for m in models for f in check_model(m, v).findings if f.severity == BLOCKING}
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import BOOL, FLOAT, INT32, INT64, init, inp, model, node, out
 from graphfix import passes
+from graphfix.check.findings import check_model
 from graphfix.passes._indexing import MAX_GRID_ELEMENTS
-from graphfix.trt.check import check_model
 from tests.helpers.support import (
     check_fixture,
     check_rewrite,

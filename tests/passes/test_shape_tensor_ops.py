@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fixtures.recipes import shape_tensor_ops as recipes
 from fixtures.recipes._onnx import FLOAT, const, inp, model, node, out
-from graphfix.trt.check import check_model
+from graphfix.check.findings import check_model
 from tests.helpers.support import (
     case_feeds,
     check_fixture,

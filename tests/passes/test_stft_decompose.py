@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 import graphfix
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import DOUBLE, FLOAT, FLOAT16, INT64, init, inp, model, node, out
-from graphfix import passes, verify
-from graphfix.model_io import runtime_compatible
-from graphfix.trt.check import check_model
-from graphfix.verify import make_inputs
+from graphfix import passes
+from graphfix.check.findings import check_model
+from graphfix.onnxio.ir import runtime_compatible
+from graphfix.verify import sessions
+from graphfix.verify.inputs import make_inputs
 from tests.helpers.support import frozen_case_runs, node_cases, ort_run, remaining_matches
 
 NAME = "stft-decompose"
@@ -115,13 +116,13 @@ def test_whisper_frames_kept_by_verification():
     """n_fft 400 (Whisper): onnxruntime's own STFT is ~1e-3 off there, so verification computes the
     original with the reference evaluator and keeps the exact rewrite instead of rolling it back."""
     m = _stft_model(1, 400, 160, "constant", 1, 1200)
-    assert verify._wrong_in_onnxruntime(m) == (not verify._onnxruntime_dft_length_ok())
+    assert sessions._wrong_in_onnxruntime(m) == (not sessions._onnxruntime_dft_length_ok())
     result = graphfix.fix(m, "auto", trt="8.5", input_shapes={"signal": (1, 1200, 1)})
     assert result.report.passes[0].verdict == "kept", result.report.passes[0].reason
     x = np.random.default_rng(3).standard_normal((1, 1200, 1)).astype(np.float32)
     _close(ort_run(result.model, {"signal": x})[0], _stft(x, 160, 400, np.hamming(401)[:400], True), 400)
     power_of_two = _stft_model(1, 512, 160, "constant", 1, 1200)
-    assert not verify._wrong_in_onnxruntime(power_of_two)
+    assert not sessions._wrong_in_onnxruntime(power_of_two)
 
 
 @pytest.mark.parametrize("length", [1000, 1024])

@@ -15,7 +15,7 @@ from onnx.reference import ReferenceEvaluator
 from fixtures.make_fixtures import all_fixtures
 from fixtures.recipes._onnx import FLOAT, FLOAT16, inp, model, node, out
 from graphfix import passes
-from graphfix.trt.check import check_model
+from graphfix.check.findings import check_model
 from tests.helpers.support import (
     assert_outputs_match,
     check_fixture,

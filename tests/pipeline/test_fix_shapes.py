@@ -9,9 +9,9 @@ import onnx
 import pytest
 
 import graphfix
-from graphfix import fix_shapes
-from graphfix.cli import main
-from graphfix.trt.check import check_model
+from graphfix.check.findings import check_model
+from graphfix.cli.main import main
+from graphfix.pipeline import fix_shapes
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPK = ROOT / "fixtures" / "fold_weights" / "topk_min_shape.onnx"

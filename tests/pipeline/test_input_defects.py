@@ -15,10 +15,10 @@ import graphfix
 from fixtures.recipes._onnx import FLOAT, INT64, const, inp, model, node, out
 from graphfix.graph import to_graph, to_model
 from graphfix.graph.infer import complete
-from graphfix.model_io import checker_problem, declared_shapes
-from graphfix.pipeline import _invalid
-from graphfix.report import ROLLED_BACK
-from graphfix.simplify import feed_outputs
+from graphfix.onnxio.validate import checker_problem, declared_shapes
+from graphfix.pipeline.checks import _invalid
+from graphfix.pipeline.simplify import feed_outputs
+from graphfix.report.model import ROLLED_BACK
 from tests.helpers.support import ort_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,16 +102,17 @@ def test_an_initializer_output_survives_a_rewrite_of_the_rest():
 
 
 def test_a_whole_model_step_that_leaves_an_invalid_model_is_rolled_back():
-    from graphfix import verify
-    from graphfix.pipeline import Settings, _whole_model_step
-    from graphfix.report import Report
+    from graphfix.pipeline.settings import Settings
+    from graphfix.pipeline.steps import _whole_model_step
+    from graphfix.report.model import Report
+    from graphfix.verify import sessions
 
     m = model([node("Relu", ["x"], ["y"])], [inp("x", FLOAT, [2])], [out("y", FLOAT, [2])])
     broken = onnx.ModelProto()
     broken.CopyFrom(m)
     broken.graph.node[0].input[0] = "nowhere"
     report = Report(None, None, {})
-    kept = _whole_model_step("simplify", m, broken, 1, [], Settings(), report, verify.SessionCounter(), 0.0)
+    kept = _whole_model_step("simplify", m, broken, 1, [], Settings(), report, sessions.SessionCounter(), 0.0)
     assert kept is m and report.passes[0].verdict == ROLLED_BACK and "invalid" in report.passes[0].reason
 
 

@@ -13,10 +13,11 @@ from fixtures.recipes import fold_clip
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
 from graphfix.errors import GraphfixError
 from graphfix.graph import replace_tensor
-from graphfix.model_io import Assembled, max_ir_version
+from graphfix.onnxio.ir import max_ir_version
+from graphfix.onnxio.proto import Assembled
 from graphfix.passes import Pass, all_passes
 from graphfix.passes.base import LIMIT, Rule
-from graphfix.pipeline import StrictFailure
+from graphfix.pipeline.settings import StrictFailure
 from tests.helpers.support import ort_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -240,7 +241,7 @@ def test_fp16_outputs_are_compared_at_fp16_precision(elem, kept):
 
 
 def test_tolerance_floors():
-    from graphfix.verify import tolerances
+    from graphfix.verify.compare import tolerances
 
     assert tolerances(np.float32, 1e-5, 1e-5) == (1e-5, 1e-5)
     assert tolerances(np.float16, 1e-5, 1e-5) == (4 * 2.0**-10, 4 * 2.0**-10)
@@ -249,7 +250,8 @@ def test_tolerance_floors():
 
 def test_repeated_pass_findings_are_reported_once_with_the_other_nodes_named():
     """An export repeats its blocks: one note per distinct finding, the other nodes named."""
-    from graphfix.report import markdown, table
+    from graphfix.report.markdown import markdown
+    from graphfix.report.summary import table
 
     nodes = [node("ReduceProd", ["x", "axes"], [f"y{k}"], name=f"/b{k}/ReduceProd", keepdims=1) for k in range(8)]
     m = model(nodes, [inp("x", FLOAT, [2, "L"])], [out(f"y{k}", FLOAT, [2, 1]) for k in range(8)],

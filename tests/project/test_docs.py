@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from graphfix.commands.passes import reference
+from graphfix.cli.passes import reference
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import pytest
 
 import graphfix
 from fixtures.make_fixtures import all_fixtures, path_of
-from graphfix.trt.check import BLOCKING, check_model
+from graphfix.check.findings import BLOCKING, check_model
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = [(f"{g}/{fx.name}", path_of(g, fx)) for g, fx in all_fixtures()]

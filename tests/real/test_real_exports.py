@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import graphfix
-from graphfix.cli import main
-from graphfix.shapes import Choice, choose
+from graphfix.cli.main import main
+from graphfix.verify.shapes import Choice, choose
 
 REAL = Path(__file__).resolve().parents[2] / "fixtures" / "real"
 
@@ -74,7 +74,7 @@ def test_a_dim_named_alike_takes_the_given_value_everywhere():
 
 def test_expressions_over_given_names_are_evaluated():
     from fixtures.recipes._onnx import FLOAT, inp, model, node, out
-    from graphfix.shapes import complete, dynamic_dims
+    from graphfix.verify.shapes import complete, dynamic_dims
 
     m = model([node("Identity", ["a"], ["y"]), node("Identity", ["b"], ["z"]), node("Identity", ["c"], ["w"])],
               [inp("a", FLOAT, ["batch", "seq"]), inp("b", FLOAT, ["batch", "2*seq"]), inp("c", FLOAT, ["batch", "other"])],

@@ -14,8 +14,8 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 
 import graphfix
-from graphfix.model_io import runtime_compatible
-from graphfix.trt.check import BLOCKING, DETECTOR_ADVICE, check_model
+from graphfix.check.findings import BLOCKING, DETECTOR_ADVICE, check_model
+from graphfix.onnxio.ir import runtime_compatible
 
 REAL = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "real").glob("*.onnx"))
 RELEASES = ["8.2", "8.5", "8.6", "10.1"]

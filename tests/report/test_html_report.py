@@ -21,11 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphfix import report as report_mod
-from graphfix.cli import main
-from graphfix.regions import DrawnGraph, diagram_graphs, mermaid_node
-from graphfix.report import KEPT, ROLLED_BACK, Report
-from graphfix.report_html import page, svg
+from graphfix.cli.main import main
+from graphfix.report import model as model_mod
+from graphfix.report import summary
+from graphfix.report.diagram import DrawnGraph, diagram_graphs, mermaid_node
+from graphfix.report.html import page, svg
+from graphfix.report.model import KEPT, ROLLED_BACK, Report
 
 ROOT = Path(__file__).resolve().parents[2]
 BROWSERS = ("chromium", "chromium-browser")
@@ -141,7 +142,7 @@ def _hostile_report() -> Report:
                         "checked": "on its own", "outputs": {name: {"max_abs": 1.0, "max_rel": 0.5, "passed": not k}},
                         "diagram": diagram})
     rep = Report(HOSTILE[0], HOSTILE[3], {"trt": "8.0"}, nodes=records, notes=list(HOSTILE))
-    rep.passes.append(report_mod.PassRecord("fold-clip", ROLLED_BACK, 5, 5, reason=" ".join(HOSTILE)))
+    rep.passes.append(model_mod.PassRecord("fold-clip", ROLLED_BACK, 5, 5, reason=" ".join(HOSTILE)))
     return rep
 
 
@@ -149,7 +150,7 @@ def test_every_name_is_escaped():
     text = page(_hostile_report())
     assert "<script" not in text and "<img" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "a&quot;b&#x27;c" in text and "x &amp; y" in text
-    drawn = report_mod._drawn(report_mod.rewrite_groups(_hostile_report().nodes))
+    drawn = summary._drawn(summary.rewrite_groups(_hostile_report().nodes))
     assert text.count("<svg") == text.count("</svg>") == 2 * len(drawn)
 
 

@@ -15,8 +15,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphfix import report as report_mod
-from graphfix.cli import main
+from graphfix.cli.main import main
+from graphfix.report import text as text_mod
 from tests.helpers.node_projects import installed, run_json
 
 LONG = "L" * 100_000
@@ -111,7 +111,7 @@ def test_markdown_report_renders_no_markup_from_the_model(written, marked):
 
 def test_markdown_and_html_are_bounded_and_json_is_whole(written):
     for report in ("r.md", "r.html"):
-        assert LONG[: getattr(report_mod, 'MAX_NAME', 160) + 1] not in written[report]
+        assert LONG[: text_mod.MAX_NAME + 1] not in written[report]
         assert len(written[report]) < 200_000, report  # the model holds 300 KB of names
     data = json.loads(written["r.json"])
     assert any(LONG in n for r in data["nodes"] for n in r["nodes"])
@@ -141,8 +141,8 @@ def test_table_and_findings_printed_on_one_line_each(written):
 def test_code_spans_cannot_be_closed(text, marked):
     """Each name alone in a table cell and in a list item renders as one <code> holding exactly
     the name (as visible escapes), nothing else."""
-    docs = [f"| a |\n|---|\n| {report_mod.md_code(text)} |\n", f"- {report_mod.md_code(text, cell=False)}\n",
-            f"- {report_mod.md_text(text)}\n"]
+    docs = [f"| a |\n|---|\n| {text_mod.md_code(text)} |\n", f"- {text_mod.md_code(text, cell=False)}\n",
+            f"- {text_mod.md_text(text)}\n"]
     pages = marked(docs)
     for page in pages[:2]:
         live = _live(page)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from graphfix.cli import main
-from graphfix.regions import mermaid_node
+from graphfix.cli.main import main
+from graphfix.report.diagram import mermaid_node
 from tests.helpers.node_projects import installed, run_json
 
 ROOT = Path(__file__).resolve().parents[2]

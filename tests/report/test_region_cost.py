@@ -10,10 +10,12 @@ import pytest
 
 import graphfix
 from fixtures.recipes._onnx import FLOAT, INT64, init, inp, model, node, out
-from graphfix import report as report_mod
 from graphfix.graph.cost import node_cost
-from graphfix.report import KEPT, ROLLED_BACK, Report, cost_cells, pass_costs
-from graphfix.report_html import page
+from graphfix.report import markdown as markdown_mod
+from graphfix.report import writer
+from graphfix.report.html import page
+from graphfix.report.model import KEPT, ROLLED_BACK, Report
+from graphfix.report.summary import cost_cells, pass_costs
 
 F32, I64 = 1, 7  # onnx element types: FLOAT, INT64
 
@@ -29,7 +31,7 @@ def test_einsum_as_matmul_costs_its_multiply_adds(tmp_path):
     result = graphfix.fix(_einsum([4, 5], [5, 6], [4, 6]), ["einsum-to-matmul"])
     assert [n.op_type for n in result.model.graph.node] == ["MatMul"]
     path = tmp_path / "r.json"
-    report_mod.write(result.report, path)
+    writer.write(result.report, path)
     (region,) = json.loads(path.read_text())["nodes"]
     assert region["cost"] == {"flops_before": 30, "flops_after": 240, "bytes_before": (20 + 30 + 24) * 4,
                               "bytes_after": (20 + 30 + 24) * 4, "unknown_nodes": 0}
@@ -68,7 +70,7 @@ def test_scatter_reduction_as_one_hot_matmul_reports_its_factor():
     assert sums == cost
     flops_cell, bytes_cell = cost_cells(sums)
     assert flops_cell == f"33 → {cost['flops_after'] / 1000:.3g}k ({cost['flops_after'] / 33:.3g}x)"
-    md = report_mod.markdown(result.report)
+    md = markdown_mod.markdown(result.report)
     assert "## What the rewrites cost" in md
     assert f"| scatterelements-decompose | 1 | {flops_cell} | {bytes_cell} | {cost['unknown_nodes']} |" in md
     html = page(result.report)

@@ -11,9 +11,11 @@ import onnx
 import pytest
 
 from bench.scale import chain
-from graphfix import report as report_mod
-from graphfix.cli import main
-from graphfix.report import DIAGRAMS_PER_KIND, KEPT, MAX_DIAGRAMS, MAX_ROWS, ROLLED_BACK, Report
+from graphfix.cli.main import main
+from graphfix.report import markdown as markdown_mod
+from graphfix.report import summary, text
+from graphfix.report.model import KEPT, ROLLED_BACK, Report
+from graphfix.report.text import DIAGRAMS_PER_KIND, MAX_DIAGRAMS, MAX_ROWS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,8 +59,8 @@ def test_rewrites_grouped_rolled_back_first_and_diagrams_bounded():
     first and drawn, at most MAX_DIAGRAMS diagrams."""
     records = [_record(f"pass{p}", "Op", 4 * p + k) for p in range(70) for k in range(4)]
     records[-1] = _record("pass69", "Op", 279, ROLLED_BACK)
-    md = report_mod.markdown(Report("in.onnx", "out.onnx", {}, nodes=records))
-    groups = report_mod.rewrite_groups(records)
+    md = markdown_mod.markdown(Report("in.onnx", "out.onnx", {}, nodes=records))
+    groups = summary.rewrite_groups(records)
     assert len(groups) == 71 and groups[0][0]["verdict"] == ROLLED_BACK
     rows = [line for line in md.split("## Rewrites")[1].split("## Rewritten regions")[0].splitlines() if re.match(r"\| pass\d", line)]
     assert len(rows) == MAX_ROWS and rows[0].startswith("| pass69 | Op | 1 | **rolled-back** | 2.79e+02")
@@ -76,7 +78,7 @@ def test_small_run_draws_every_region_and_trt_findings_are_tables(tmp_path):
 
 
 def test_table_cells_hold_any_text():
-    assert report_mod.md_cell("a | b\nc") == "a \\| b c"
+    assert text.md_cell("a | b\nc") == "a \\| b c"
 
 
 @pytest.mark.parametrize("extra", [[], ["--input-shapes", "image:1x1x16x24"]])

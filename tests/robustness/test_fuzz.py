@@ -1,7 +1,7 @@
 """Fuzz the command line with broken models (issue 9): random mutations of valid model bytes —
 bit flips, truncations, deleted and duplicated fields, huge declared sizes, bad external-data
 locations, and semantic ones onnxruntime may crash or hang on (empty input names, symbolic dims,
-endless Loops) — each run through ``graphfix.cli.main`` in-process (a crash of onnxruntime in
+endless Loops) — each run through ``graphfix.cli.main.main`` in-process (a crash of onnxruntime in
 graphfix's worker process must be an exit 2 here, not the end of the test process). Every run
 must end with exit 0 or 2, never a traceback; on exit 2 exactly one line on stderr (captured at
 the file-descriptor level) and no output file, report, sidecar or temp file; the input and its
@@ -30,7 +30,7 @@ import pytest
 from onnx import numpy_helper
 
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
-from graphfix.cli import main
+from graphfix.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = [

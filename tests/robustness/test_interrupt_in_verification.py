@@ -33,7 +33,7 @@ def armed_init(self, outputs=None, *a, **k):
     if state["done"] and not state["armed"]:
         print("SENT", file=sys.stderr)
 struct.IterationResult.__init__ = armed_init
-from graphfix.cli import main
+from graphfix.cli.main import main
 sys.exit(main(sys.argv[2:]))
 """
 

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
-from graphfix.cli import main
+from graphfix.cli.main import main
 from graphfix.errors import GraphfixError
 from tests.helpers.cli_runs import FIXTURE, ROOT, external_model, refused, relu_model, run, save, set_location
 
@@ -102,7 +102,7 @@ def test_external_data_length_that_does_not_match_the_dims_is_refused(tmp_path, 
 def test_in_memory_model_over_2_gib_is_refused_by_the_api(monkeypatch):
     """A ModelProto handed to the API that protobuf could not serialise (limit lowered to test)."""
     import graphfix
-    import graphfix.paths as paths
+    import graphfix.onnxio.paths as paths
 
     m = relu_model()
     monkeypatch.setattr(paths, "MAX_MODEL_BYTES", m.ByteSize() - 1)

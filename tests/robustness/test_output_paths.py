@@ -14,7 +14,7 @@ import stat
 import onnx
 import pytest
 
-from graphfix.cli import main
+from graphfix.cli.main import main
 from graphfix.errors import GraphfixError
 from tests.helpers.cli_runs import FIXTURE, ROOT, external_model, refused, run, save, snapshot
 
@@ -91,7 +91,7 @@ def test_default_external_data_output_onto_the_inputs_weights_is_refused(tmp_pat
 
 
 def test_external_data_option_collisions_are_refused(tmp_path):
-    from graphfix.paths import plan_fix
+    from graphfix.onnxio.paths import plan_fix
 
     src = external_model(tmp_path)
     with pytest.raises(GraphfixError, match="never overwrites its input"):
@@ -161,8 +161,8 @@ def test_external_data_onto_a_fifo_or_device_is_refused(tmp_path, capfd):
 
 
 def test_the_writer_itself_never_replaces_a_fifo(tmp_path):
-    from graphfix.atomic import write_atomic
     from graphfix.errors import GraphfixError
+    from graphfix.fs.transaction import write_atomic
 
     os.mkfifo(tmp_path / "w.data")
     with pytest.raises(GraphfixError, match="not a regular file"):

@@ -24,7 +24,7 @@ from tests.helpers.cli_runs import ROOT, run, save, snapshot
 
 def _signal_during(stage: str, sig: int, monkeypatch):
     """Deliver ``sig`` to this process at a point inside the writer."""
-    import graphfix.atomic as atomic
+    import graphfix.fs.transaction as atomic
 
     fired = []
     if stage == "staging":
@@ -74,7 +74,7 @@ def test_signal_during_the_final_renames_finishes_cleanly(sig, src, tmp_path, ca
 
 
 def test_interrupt_before_any_work_is_one_line(tmp_path, capfd, monkeypatch):
-    import graphfix.cli as cli
+    import graphfix.cli.main as cli
 
     def boom(*a, **k):
         raise KeyboardInterrupt
@@ -86,7 +86,7 @@ def test_interrupt_before_any_work_is_one_line(tmp_path, capfd, monkeypatch):
 
 def test_signal_inside_the_api_writer_reaches_the_callers_handler(tmp_path, monkeypatch):
     """A library caller's SIGTERM handler gets the signal once the temp file is gone."""
-    import graphfix.atomic as atomic
+    import graphfix.fs.transaction as atomic
 
     class CallerSaw(Exception):
         pass
@@ -109,10 +109,10 @@ def test_signal_inside_the_api_writer_reaches_the_callers_handler(tmp_path, monk
 _CHILD = """
 import sys
 sys.path.insert(0, {root!r})
-import graphfix.cli
+import graphfix.cli.main
 print("ready", flush=True)
 sys.argv[1:] = {args!r}
-sys.exit(graphfix.cli.main())  # what the console script does
+sys.exit(graphfix.cli.main.main())  # what the console script does
 """
 
 

@@ -41,7 +41,7 @@ def test_report_into_an_unwritable_directory_is_refused(src, tmp_path, capfd):
 
 def test_failure_while_writing_reports_removes_the_model(src, tmp_path, capfd, monkeypatch):
     """The last write fails (disk full): the model already renamed into place is taken back."""
-    import graphfix.atomic as atomic
+    import graphfix.fs.transaction as atomic
 
     old = tmp_path / "out.onnx"
     old.write_bytes(b"the previous output")
@@ -58,7 +58,7 @@ def test_failure_while_writing_reports_removes_the_model(src, tmp_path, capfd, m
 
 
 def test_build_without_tensorrt_is_refused_before_any_work(src, tmp_path, capfd, monkeypatch):
-    from graphfix.trt import engine
+    from graphfix import engine
 
     monkeypatch.setattr(engine, "tensorrt_available", lambda: False)
     refused([src, tmp_path / "out.onnx", "--build", tmp_path / "m.engine"], capfd, tmp_path, "TensorRT is not installed")
@@ -66,7 +66,7 @@ def test_build_without_tensorrt_is_refused_before_any_work(src, tmp_path, capfd,
 
 @pytest.mark.parametrize("fails", [False, True])
 def test_engine_build_failure_takes_everything_back(fails, src, tmp_path, capfd, monkeypatch):
-    from graphfix.trt import engine
+    from graphfix import engine
 
     def fake_build(onnx_path, engine_path, feeds, reference, shapes=None, fp16=False, atol=1e-3, rtol=1e-3):
         assert Path(onnx_path).is_file()  # the model is on disk for TensorRT to parse

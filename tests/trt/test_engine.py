@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import graphfix
-from graphfix.cli import main
+from graphfix import engine
+from graphfix.cli.main import main
 from graphfix.errors import GraphfixError
-from graphfix.trt import engine
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = "fixtures/einsum_to_matmul/lightglue_ellipsis.onnx"

@@ -13,13 +13,15 @@ import pytest
 
 from fixtures.make_fixtures import all_fixtures, path_of
 from graphfix import passes as registry
-from graphfix import regions
 from graphfix.graph import to_graph, to_model
 from graphfix.graph.edits import EditLog
-from graphfix.model_io import checker_problem, declared_shapes, relaxed_problem, runtime_compatible
-from graphfix.pipeline import Settings, _run_passes
-from graphfix.report import Report
-from graphfix.verify import make_inputs
+from graphfix.onnxio.ir import runtime_compatible
+from graphfix.onnxio.validate import checker_problem, declared_shapes, relaxed_problem
+from graphfix.pipeline.manager import _run_passes
+from graphfix.pipeline.settings import Settings
+from graphfix.report.model import Report
+from graphfix.verify import regions as regions_mod
+from graphfix.verify.inputs import make_inputs
 from tests.helpers.support import ort_run
 
 REAL = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "real").glob("*.onnx"))
@@ -52,7 +54,7 @@ def test_undoing_any_regions_leaves_a_sound_graph(name, path, shapes):
             pytest.skip("no pass rewrites this model")
         if seed % 2:
             to_model(graph, model)  # --verify-each exports between the passes (and prunes the graph)
-        regs = regions.regions(log.edits, graph, regions.original_names(model))
+        regs = regions_mod.regions(log.edits, graph, regions_mod.original_names(model))
         undo = [r for r in regs if rng.random() < 0.5] if seed < 2 else regs
         for r in undo:
             r.undo()

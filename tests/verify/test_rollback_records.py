@@ -14,8 +14,8 @@ from fixtures.recipes._onnx import FLOAT, inp, model, node, out
 from graphfix.graph import replace_tensor
 from graphfix.passes import Pass
 from graphfix.passes.base import LIMIT, Rule
-from graphfix.report import KEPT, ROLLED_BACK
-from graphfix.report_html import page
+from graphfix.report.html import page
+from graphfix.report.model import KEPT, ROLLED_BACK
 
 
 def _test_pass(name: str, ops: set[str], rewrite) -> Pass:

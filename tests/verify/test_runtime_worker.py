@@ -21,8 +21,8 @@ from hypothesis.extra import numpy as hnp
 from onnx import TensorProto, helper, numpy_helper
 
 import graphfix
-from graphfix import runtime_worker
 from graphfix.errors import OnnxruntimeDied
+from graphfix.runtime import worker as runtime_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "fixtures" / "demo" / "superglue_matcher.onnx"
@@ -266,9 +266,9 @@ def test_tensors_cross_the_boundary_unchanged(specs, data):
 
 def test_onnxruntime_errors_come_back_as_their_message():
     with pytest.raises(runtime_worker.RuntimeFailure, match="Reshape"):
-        from graphfix import external
+        from graphfix.runtime import session as session_mod
 
-        external.session(unrunnable(), None).run(None, {"x": np.ones((2, 3), np.float32), "z": np.ones(1, np.float32)})
+        session_mod.session(unrunnable(), None).run(None, {"x": np.ones((2, 3), np.float32), "z": np.ones(1, np.float32)})
 
 
 def test_no_session_of_the_users_model_opens_in_graphfix_itself(monkeypatch):
@@ -277,7 +277,7 @@ def test_no_session_of_the_users_model_opens_in_graphfix_itself(monkeypatch):
     which IR version and opset onnxruntime reads loads a one-node model here)."""
     import onnxruntime
 
-    from graphfix.model_io import runtime_limits
+    from graphfix.onnxio.ir import runtime_limits
 
     runtime_limits()
 

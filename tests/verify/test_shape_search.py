@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 import graphfix
 from fixtures.recipes._onnx import FLOAT, init, inp, model, node, out
-from graphfix.cli import main
+from graphfix.cli.main import main
 from graphfix.errors import GraphfixError
-from graphfix.shapes import DEFAULT_MAX_MEMORY, Budget, choose, relations
+from graphfix.verify.shapes import DEFAULT_MAX_MEMORY, Budget, choose, relations
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "fixtures" / "real"
@@ -235,7 +235,7 @@ def test_a_bad_max_memory_is_refused_in_one_line(value, capsys, tmp_path):
 def test_where_the_graph_says_nothing_the_runs_errors_suggest_the_relation(monkeypatch):
     """A graph onnxruntime's symbolic inference cannot follow: the decode step's Gather error
     ("indices element out of data bounds") has the search try one length as the sum of two others."""
-    from graphfix import shapes
+    from graphfix.verify import shapes
 
     monkeypatch.setattr(shapes, "relations", lambda m: ([], []))
     rep = graphfix.fix(str(REAL / "gpt2_decode_kv_legacy.onnx"), "all").report

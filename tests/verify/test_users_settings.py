@@ -16,7 +16,7 @@ import pytest
 
 import graphfix
 from fixtures.recipes._onnx import INT64, inp, model, node, out
-from graphfix.cli import main
+from graphfix.cli.main import main
 from graphfix.graph import replace_tensor
 from graphfix.passes import Pass
 from graphfix.passes.base import LIMIT, Rule
@@ -112,16 +112,17 @@ def _results(name: str, *arrays: np.ndarray):
 def test_tie_sensitive_output_is_compared_as_sorted_values_and_says_why(swap_boundary):
     """Near-tied rows of a TopK-dependent output in another order pass as sorted values, with a note
     and advice for comparing another runtime; a different row (not a reordering) still fails."""
-    from graphfix import verify
-    from graphfix.pipeline import Settings, _ties_in_another_order
-    from graphfix.report import Report
+    from graphfix.pipeline.settings import Settings
+    from graphfix.pipeline.verification import _ties_in_another_order
+    from graphfix.report.model import Report
+    from graphfix.verify import compare as compare_mod
 
     ref = np.array([[0.9, 1.0], [0.5, 2.0], [0.5, 3.0]], np.float32)
     cand = ref[[0, 2, 1]].copy()
     if swap_boundary:
         cand[2] = [0.5, 7.0]  # another anchor chosen at the k-th place: not a reordering
     report = Report(None, None, {}, discrete={"decisions": {}, "outputs": {"boxes": ["TopK '/TopK'"]}, "inputs": 1})
-    diffs = verify.compare(_results("boxes", ref), _results("boxes", cand), 1e-5, 1e-5)
+    diffs = compare_mod.compare(_results("boxes", ref), _results("boxes", cand), 1e-5, 1e-5)
     assert not diffs["boxes"].passed
     _ties_in_another_order(diffs, _results("boxes", ref), _results("boxes", cand), Settings(), report)
     assert diffs["boxes"].passed != swap_boundary
@@ -131,12 +132,13 @@ def test_tie_sensitive_output_is_compared_as_sorted_values_and_says_why(swap_bou
 
 
 def test_output_that_depends_on_no_decision_is_never_compared_sorted():
-    from graphfix import verify
-    from graphfix.pipeline import Settings, _ties_in_another_order
-    from graphfix.report import Report
+    from graphfix.pipeline.settings import Settings
+    from graphfix.pipeline.verification import _ties_in_another_order
+    from graphfix.report.model import Report
+    from graphfix.verify import compare as compare_mod
 
     ref = np.array([1.0, 2.0, 3.0], np.float32)
-    diffs = verify.compare(_results("y", ref), _results("y", ref[::-1].copy()), 1e-5, 1e-5)
+    diffs = compare_mod.compare(_results("y", ref), _results("y", ref[::-1].copy()), 1e-5, 1e-5)
     _ties_in_another_order(diffs, _results("y", ref), _results("y", ref[::-1].copy()), Settings(), Report(None, None, {}))
     assert not diffs["y"].passed
 
@@ -144,7 +146,7 @@ def test_output_that_depends_on_no_decision_is_never_compared_sorted():
 def test_a_whole_model_step_that_differs_under_the_users_settings_only_is_rolled_back(monkeypatch):
     """--fix-shapes (like --simplify) is verified end to end, under both settings: a frozen model
     that onnxruntime's default optimizer reads otherwise is not kept."""
-    from graphfix import fix_shapes
+    from graphfix.pipeline import fix_shapes
 
     def freeze(model, shapes):  # stands in for a step that writes the DivMulFusion-sensitive form
         frozen = model.__class__()

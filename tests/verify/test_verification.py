@@ -13,10 +13,11 @@ import graphfix
 from fixtures.make_fixtures import all_fixtures, path_of
 from fixtures.recipes import fold_clip
 from fixtures.recipes._onnx import FLOAT, const, inp, model, node, out
-from graphfix import verify
 from graphfix.graph import replace_tensor
 from graphfix.passes import Pass
 from graphfix.passes.base import LIMIT, Rule
+from graphfix.verify import compare
+from graphfix.verify import sessions as sessions_mod
 
 DEMO = Path(__file__).resolve().parents[2] / "fixtures" / "demo" / "superglue_matcher.onnx"
 DYNAMIC = [(g, fx) for g, fx in all_fixtures() if g == "dynamic_shapes"] + [
@@ -97,7 +98,7 @@ def test_only_the_broken_node_is_rolled_back():
 
 
 def test_new_ir_and_opset_the_runtime_reads_are_fixed_not_refused():
-    from graphfix.model_io import runtime_limits
+    from graphfix.onnxio.ir import runtime_limits
 
     ir, opset = runtime_limits()
     m = fold_clip.clip_cast_bounds()
@@ -118,19 +119,19 @@ def test_a_model_only_default_onnxruntime_settings_run_is_verified_with_them(mon
     """Verification's tuned sessions (no optimizations, no memory pattern) must never refuse a model
     a default onnxruntime session runs: here the tuned settings are made to fail, as they do on a
     legacy scatter_reduce If whose branch declares [24] while computing [3,8]."""
-    from graphfix import external
+    from graphfix.runtime import session as session_mod
 
-    real = external.session
+    real = session_mod.session
 
     def tuned_fails(model, base_dir, tuned=True):
         if tuned:
             raise RuntimeError("The output OrtValue provided for output 'y' has shape {24} but the computed output shape is {3,8}")
         return real(model, base_dir, tuned)
 
-    monkeypatch.setattr(external, "session", tuned_fails)
+    monkeypatch.setattr(session_mod, "session", tuned_fails)
     result = graphfix.fix(str(DEMO), "all")
     assert any(r.verdict == "kept" for r in result.report.passes)
-    assert verify.DEFAULT_SETTINGS_NOTE in result.report.notes
+    assert sessions_mod.DEFAULT_SETTINGS_NOTE in result.report.notes
     assert result.report.sessions == 3  # the tuned attempt that failed, then probe and final with defaults
 
 
@@ -163,8 +164,8 @@ def test_exact_rewrite_on_an_amplifying_model_is_kept_within_its_noise_floor():
     assert result.report.passes[0].verdict == "kept", result.report.passes[0].reason
     floor, final = result.report.noise_floor["out"], result.report.final["out"]
     assert final["passed"] and final["noise_floor"] == floor
-    assert 1e-5 < final["max_abs"] <= verify.NOISE_MULTIPLE * floor
-    assert "noise floor" in graphfix.report.table(result.report)
+    assert 1e-5 < final["max_abs"] <= compare.NOISE_MULTIPLE * floor
+    assert "noise floor" in graphfix.report.summary.table(result.report)
 
 
 def test_wrong_rewrite_is_rolled_back_whatever_the_noise_floor():
@@ -175,9 +176,9 @@ def test_wrong_rewrite_is_rolled_back_whatever_the_noise_floor():
 
 def test_unusable_outputs_are_named():
     a = np.array([1.0, 2.0], np.float32)
-    assert verify.unusable([a], [a.copy()], ["y"]) is None
-    assert "differ between two identical runs" in verify.unusable([a], [a + 1], ["y"])
-    assert "all NaN" in verify.unusable([np.full(3, np.nan, np.float32)] * 2, [np.full(3, np.nan, np.float32)] * 2, ["y", "z"])
+    assert sessions_mod.unusable([a], [a.copy()], ["y"]) is None
+    assert "differ between two identical runs" in sessions_mod.unusable([a], [a + 1], ["y"])
+    assert "all NaN" in sessions_mod.unusable([np.full(3, np.nan, np.float32)] * 2, [np.full(3, np.nan, np.float32)] * 2, ["y", "z"])
     flat = np.zeros(4, np.float32)
-    assert "constant" in verify.unusable([flat], [flat], ["y"])
-    assert verify.unusable([flat, a], [flat, a], ["y", "z"]) is None  # one constant output is fine
+    assert "constant" in sessions_mod.unusable([flat], [flat], ["y"])
+    assert sessions_mod.unusable([flat, a], [flat, a], ["y", "z"]) is None  # one constant output is fine

@@ -12,8 +12,8 @@ import pytest
 import graphfix
 from fixtures.recipes import fold_clip, mod_decompose
 from fixtures.recipes._onnx import FLOAT, const, inp, model, node, out
-from graphfix import runtime_worker
-from graphfix.cli import main
+from graphfix.cli.main import main
+from graphfix.runtime import worker as runtime_worker
 
 
 def _unrunnable_anywhere():
@@ -32,7 +32,7 @@ def no_sessions(monkeypatch):
     counted (and refused). What the installed
     onnxruntime reads (IR version, opsets) is asked first: a one-off capability query of a 1-node
     model, cached for the process, which writing any model needs; it is not verification."""
-    from graphfix.model_io import runtime_limits
+    from graphfix.onnxio.ir import runtime_limits
 
     runtime_limits()
     made = []

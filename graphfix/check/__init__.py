@@ -1,0 +1,1 @@
+"""Readiness per TensorRT release (findings) and the catalogue of parser errors."""

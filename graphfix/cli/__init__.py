@@ -1,0 +1,1 @@
+"""The ``graphfix`` command line: argument parsing, one module per subcommand, exits."""

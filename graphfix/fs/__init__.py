@@ -1,0 +1,1 @@
+"""File safety: signals, temp names, locks, fault injection for tests, the Transaction."""

@@ -1,0 +1,1 @@
+"""ONNX files: IR versions, proto basics, validation, external data, paths, load, save."""

@@ -1,0 +1,42 @@
+"""Reading a model: the file checked before parsing, small external data loaded, then validated;
+every failure is a GraphfixError naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from graphfix.errors import GraphfixError, first_line
+from graphfix.onnxio import external as external_mod
+from graphfix.onnxio.paths import read_plan
+from graphfix.onnxio.validate import check_graph
+
+
+def load_model(path: str | os.PathLike) -> onnx.ModelProto:
+    """Read and structurally check a model; every failure is a GraphfixError naming the file."""
+    p = Path(path)
+    if not p.exists():
+        raise GraphfixError("no such file", str(p))
+    if p.is_dir():
+        raise GraphfixError("is a directory, not an ONNX file", str(p))
+    _check_source(p)
+    try:
+        model = onnx.load(str(p), load_external_data=False)
+
+        external_mod.load_small(model, p.parent)
+    except (DecodeError, RuntimeError, ValueError, OSError, onnx.checker.ValidationError) as exc:
+        raise GraphfixError(f"not a readable ONNX model ({first_line(exc)})", str(p)) from exc
+    if not model.graph.node and not model.graph.output:
+        raise GraphfixError("not an ONNX model (no graph, no outputs)", str(p))
+    check_graph(model, str(p))
+    return model
+
+
+def _check_source(p: Path) -> None:
+    """Before reading: a regular file protobuf can parse, external data inside its folder."""
+
+    read_plan(p)

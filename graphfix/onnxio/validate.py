@@ -1,0 +1,275 @@
+"""What graphfix refuses at load, in one line: checker problems, unknown domains, undecodable
+fields, tensors larger than their data.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import onnx
+
+from graphfix.errors import GraphfixError, first_line
+from graphfix.onnxio import paths
+from graphfix.onnxio.external import has_external
+from graphfix.onnxio.ir import MIN_OPSET, default_opset, runtime_compatible
+from graphfix.onnxio.proto import (
+    _CHECK_WEIGHTLESS_ABOVE,
+    _FOUR_BIT,
+    _STUB_DATA,
+    _T,
+    _itemsize,
+    elements,
+    estimated_size,
+    weightless,
+)
+
+
+def check_graph(model: onnx.ModelProto, where: str) -> None:
+    """Reject graphs graphfix cannot rewrite safely: unsupported opset, cycles, dangling inputs."""
+    _check_domains(model, where)
+    opset = default_opset(model)
+    newest = onnx.defs.onnx_opset_version()
+    if not MIN_OPSET <= opset <= newest:
+        raise GraphfixError(f"unsupported opset {opset} (graphfix handles {MIN_OPSET}..{newest})", where)
+    problem = checker_problem(model)
+    if problem:  # a dangling input or a cycle is named better than the checker's "not sorted"
+        raise GraphfixError(f"invalid graph: {structural_problem(model.graph) or problem}", where)
+
+
+def _check(model: onnx.ModelProto, full_check: bool) -> None:
+
+    if estimated_size(model) <= _CHECK_WEIGHTLESS_ABOVE and not has_external(model):
+        onnx.checker.check_model(model, full_check=full_check)
+        return
+    with tempfile.TemporaryDirectory(prefix="graphfix-check-") as d:
+        Path(d, _STUB_DATA).touch()
+        path = Path(d, "model.onnx")
+        path.write_bytes(weightless(model, external_stubs=True).SerializeToString())
+        onnx.checker.check_model(str(path), full_check=full_check)
+
+
+def checker_problem(model: onnx.ModelProto, full_check: bool = False) -> str | None:
+    """onnx.checker's complaint, if any. An op version the standard has since deprecated (opset-18
+    GroupNormalization, which exports and onnxruntime use) is not a problem for graphfix."""
+    try:
+        _check(model, full_check)
+    except UnicodeDecodeError as exc:  # a name or attribute string is not UTF-8 (a corrupt file)
+        return f"a name or string is not valid UTF-8 ({first_line(exc)})"
+    except Exception as exc:  # noqa: BLE001 - ValidationError, InferenceError, ...
+        text = first_line(exc)
+        return None if "is deprecated in domain_version" in text else text
+    return None
+
+
+def _check_domains(model: onnx.ModelProto, where: str) -> None:
+    """What onnx.checker lets through but graphfix cannot work on: no standard opset (a model of
+    ai.onnx.ml only), negative declared dims, more than protobuf's 2 GiB."""
+    bad = _undecodable_field(model)
+    if bad:
+        raise GraphfixError(f"invalid model: {bad} is not valid UTF-8", where)
+    if not any(imp.domain in ("", "ai.onnx") for imp in model.opset_import):
+        others = ", ".join(f"{imp.domain} {imp.version}" for imp in model.opset_import)
+        only = f"only {others}" if others else "its opset_import list is empty"
+        raise GraphfixError(f"imports no standard ONNX opset ({only}); graphfix rewrites standard ONNX operators", where)
+
+    problem = _graph_problem(model.graph)
+    if problem:
+        raise GraphfixError(f"invalid graph: {problem}", where)
+    if estimated_size(model) > paths.MAX_MODEL_BYTES:
+        raise GraphfixError("model is larger than protobuf's 2 GiB limit; graphfix handles models up to 2 GiB for now", where)
+#: Typed data field of each element type, and how many entries one element takes there.
+_FIELDS = {
+    _T.FLOAT: ("float_data", 1), _T.COMPLEX64: ("float_data", 2), _T.DOUBLE: ("double_data", 1),
+    _T.COMPLEX128: ("double_data", 2), _T.INT64: ("int64_data", 1), _T.UINT32: ("uint64_data", 1),
+    _T.UINT64: ("uint64_data", 1), _T.STRING: ("string_data", 1),
+}
+#: The element types this onnx knows (a corrupt file can carry any number).
+_ELEMENT_TYPES = frozenset(_T.DataType.values())
+
+
+#: The most dimensions a tensor may have: numpy's limit (onnxruntime's tensors are numpy arrays here).
+MAX_RANK = 64
+#: Tensors up to this many elements are checked for data matching their dims (passes may read them).
+_SIZE_CHECK_LIMIT = 1 << 20
+
+
+def _undecodable_field(model: onnx.ModelProto) -> str | None:
+    """A string field of the model, its graph, metadata or opset list that protobuf could not
+    decode as UTF-8 (it hands back bytes, and copying the field then fails): a corrupt file."""
+    messages = [("model", model), ("graph", model.graph), *(("metadata", p) for p in model.metadata_props),
+                *(("opset_import", o) for o in model.opset_import)]
+    for where, message in messages:
+        for field, value in message.ListFields():
+            if field.type == field.TYPE_STRING and not field.is_repeated and isinstance(value, bytes):
+                return f"{where} field {field.name} ({value[:40]!r})"
+    return None
+
+
+def _graph_problem(graph: onnx.GraphProto) -> str | None:
+    """One walk over the graph and its subgraphs for what would break graphfix later: a name
+    protobuf could not decode as UTF-8 (it hands back bytes; a corrupt file), a string attribute
+    that is not UTF-8 (the importer decodes them), a declared dimension
+    below 0 (onnx's shape inference aborts the process on those), an initializer or Constant value
+    whose data does not hold prod(dims) elements (numpy's reshape would fail inside a pass)."""
+    for kind, infos in (("input", graph.input), ("output", graph.output), ("value", graph.value_info)):
+        for vi in infos:
+            if not isinstance(vi.name, str):
+                return f"a tensor name is not valid UTF-8 ({vi.name[:40]!r})"
+            if vi.type.HasField("tensor_type"):
+                dims = [d.dim_value for d in vi.type.tensor_type.shape.dim if d.dim_value < 0]
+                if dims:
+                    return f"{kind} '{vi.name}' declares dimension {dims[0]} (dimensions are >= 0)"
+                if vi.type.tensor_type.elem_type not in _ELEMENT_TYPES or (kind == "input" and vi.type.tensor_type.elem_type == _T.UNDEFINED):
+                    return f"{kind} '{vi.name}' declares an unknown element type ({vi.type.tensor_type.elem_type})"
+                if len(vi.type.tensor_type.shape.dim) > MAX_RANK:
+                    return f"{kind} '{vi.name}' declares {len(vi.type.tensor_type.shape.dim)} dimensions (at most {MAX_RANK})"
+    tensors = list(graph.initializer)
+    for n in graph.node:
+        try:
+            "".join((n.name, n.op_type, n.domain, *n.input, *n.output))
+        except TypeError:
+            bad = next(t for t in (n.name, n.op_type, n.domain, *n.input, *n.output) if not isinstance(t, str))
+            return f"a node name or tensor name is not valid UTF-8 ({bad[:40]!r})"
+        for a in n.attribute:
+            if not _utf8(a.s) or not all(_utf8(s) for s in a.strings):
+                return f"attribute '{a.name}' of node '{n.name or n.op_type}' is a string that is not valid UTF-8"
+            if a.HasField("t"):
+                tensors.append(a.t)
+            tensors.extend(a.tensors)
+            for g in [a.g] if a.HasField("g") else list(a.graphs):
+                found = _graph_problem(g)
+                if found:
+                    return found
+    for t in tensors:
+        if not isinstance(t.name, str):
+            return f"a tensor name is not valid UTF-8 ({t.name[:40]!r})"
+        if t.data_type not in _ELEMENT_TYPES or t.data_type == _T.UNDEFINED:
+            return f"tensor '{t.name}' has an unknown element type ({t.data_type})"
+        if len(t.dims) > MAX_RANK:
+            return f"tensor '{t.name}' has {len(t.dims)} dimensions (at most {MAX_RANK})"
+        found = _size_problem(t)
+        if found:
+            return found
+    return None
+
+
+def _utf8(value: bytes) -> bool:
+    """ONNX string attributes are UTF-8 text held as bytes (the importer decodes them)."""
+    try:
+        value.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _size_problem(t: onnx.TensorProto) -> str | None:
+    if t.data_location == _T.EXTERNAL or any(d < 0 for d in t.dims):
+        return None  # external sizes are checked against the file; negative dims by onnx.checker
+    count = elements(t)
+    if count > _SIZE_CHECK_LIMIT:
+        return None  # reading raw_data copies it; passes never read tensors this big (fold limit)
+    if t.data_type in _FOUR_BIT:
+        want, have = ((count + 1) // 2, len(t.raw_data)) if t.HasField("raw_data") else ((count + 1) // 2, len(t.int32_data))
+    elif t.HasField("raw_data"):
+        itemsize = _itemsize(t.data_type)
+        if itemsize is None:
+            return None  # an unknown type is onnx.checker's to report
+        want, have = count * itemsize, len(t.raw_data)
+    else:
+        field, per = _FIELDS.get(t.data_type, ("int32_data", 1))
+        want, have = count * per, len(getattr(t, field))
+    if want != have:
+        return f"tensor '{t.name}' has dims {list(t.dims)} ({count} element(s)) but holds data for a different count"
+    return None
+
+
+def structural_problem(graph: onnx.GraphProto) -> str | None:
+    """A dangling input or a cycle in the top-level graph, named (one linear Kahn walk)."""
+    available = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    produced = {o: k for k, n in enumerate(graph.node) for o in n.output}
+    for n in graph.node:
+        for i in n.input:
+            if i not in available and i not in produced:
+                return f"node '{n.name or n.op_type}' reads '{i}', which no node, initializer or graph input provides"
+    waiting = [len({i for i in n.input if i in produced}) for n in graph.node]
+    consumers: dict[str, list[int]] = {}
+    for k, n in enumerate(graph.node):
+        for i in set(n.input):
+            if i in produced:
+                consumers.setdefault(i, []).append(k)
+    ready = [k for k, w in enumerate(waiting) if w == 0]
+    done = 0
+    while ready:
+        k = ready.pop()
+        done += 1
+        for o in graph.node[k].output:
+            for c in consumers.get(o, ()):
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    ready.append(c)
+    if done < len(graph.node):
+        stuck = next(n for k, n in enumerate(graph.node) if waiting[k] > 0)
+        return f"the graph has a cycle (node '{stuck.name or stuck.op_type}' waits on its own output)"
+    for o in graph.output:
+        if o.name not in produced and o.name not in available:
+            return f"graph output '{o.name}' is not produced by any node"
+    return None
+
+
+def declared_shapes(model: onnx.ModelProto) -> frozenset[str]:
+    """Names of the tensors whose shapes ``model`` declares (value_info and outputs, subgraphs too;
+    graph inputs excepted): what an exporter may have got wrong, measured once on the input."""
+    names: set[str] = set()
+
+    def walk(g: onnx.GraphProto) -> None:
+        names.update(vi.name for vi in (*g.value_info, *g.output))
+        for n in g.node:
+            for a in n.attribute:
+                for sub in [a.g] if a.HasField("g") else list(a.graphs):
+                    walk(sub)
+
+    walk(model.graph)
+    return frozenset(names)
+
+
+def relaxed_problem(model: onnx.ModelProto, names: frozenset[str]) -> str | None:
+    """The full check's complaint about ``model`` once the shapes it declares for ``names`` (the
+    input's own declarations) are forgotten. A legacy scatter_reduce export declares its If branch
+    outputs [24] while computing [3, 8]; the input passes only while inference cannot see through
+    the If, and any rewrite that lets it see is refused with "Inferred shape and existing shape
+    differ in rank" at a node the rewrite never touched. The wrong shape is the input's, not the
+    rewrite's (whose outputs verification compares, shapes included)."""
+    stub = weightless(model)
+
+    def walk(g: onnx.GraphProto) -> None:
+        kept = [vi for vi in g.value_info if vi.name not in names]
+        del g.value_info[:]
+        g.value_info.extend(kept)
+        for vi in g.output if g is not stub.graph else ():
+            if vi.name in names and vi.type.HasField("tensor_type"):
+                vi.type.tensor_type.ClearField("shape")
+        for n in g.node:
+            for a in n.attribute:
+                for sub in [a.g] if a.HasField("g") else list(a.graphs):
+                    walk(sub)
+
+    walk(stub.graph)
+    # a graph output must keep a shape: the one inference finds without the declaration
+    outputs = [vi for vi in stub.graph.output]
+    del stub.graph.output[:]
+    try:
+        found = {vi.name: vi for vi in onnx.shape_inference.infer_shapes(stub).graph.value_info}
+    except Exception:  # noqa: BLE001 - the full check below says what is wrong
+        found = {}
+    for vi in outputs:
+        inferred = found.get(vi.name) if vi.name in names else None
+        stub.graph.output.append(inferred if inferred is not None and inferred.type.tensor_type.HasField("shape") else vi)
+    return checker_problem(stub, full_check=True)
+
+
+def passes_full_check(model: onnx.ModelProto) -> bool:
+    try:
+        return checker_problem(runtime_compatible(model), full_check=True) is None
+    except GraphfixError:
+        return False

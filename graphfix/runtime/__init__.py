@@ -1,0 +1,1 @@
+"""onnxruntime in a supervised worker process, and the sessions opened through it."""

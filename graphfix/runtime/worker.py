@@ -1,0 +1,489 @@
+"""onnxruntime in a child process that graphfix supervises.
+
+onnxruntime's C++ code can take the whole process down or never come back: an Einsum whose
+second input is the empty name and whose first has a symbolic dim (opset 13) segfaults
+onnxruntime 1.32 while it makes the session, and a Loop with a trip count of 1e12 and a constant
+true condition runs for hours inside one ``run`` call, where Python's signal handlers never get a
+turn (Ctrl-C and SIGTERM were ignored until SIGKILL). So every session verification, the shape
+search, the noise floor and ``--simplify`` open lives in one worker process:
+
+* a crash (any signal) is :class:`OnnxruntimeDied`, one line naming what onnxruntime died of
+  (exit 2); a step that outlasts the time budget (:data:`DEFAULT_TIMEOUT`, ``--timeout``) is
+  killed and said the same way; both end the run (retrying would crash or hang again);
+* the parent waits in ``poll``, so SIGINT/SIGTERM are handled at once: the child is killed and
+  the run ends with 130/143, writing nothing. The child is in its own session (the terminal's
+  Ctrl-C and a ``kill`` of graphfix's process group reach graphfix, which decides) and dies with
+  its parent (``PR_SET_PDEATHSIG``);
+* tensors cross the boundary through anonymous shared memory (``memfd_create``), passed as file
+  descriptors: feeds, outputs and a model's big inline weights are copied once, into the shared
+  pages, and the other side maps them (onnxruntime reads the weights in place, as OrtValues over
+  the mapping). External data is read by onnxruntime from the model's folder, as before.
+
+The worker starts on the first session (``graphfix.fix`` starts it while it loads the model)
+and serves every later one (starting it costs an onnxruntime import, ~0.3 s); one that died or
+was killed is replaced on the next session. Requests are serialized (one at a time, whichever
+thread asks). ``GRAPHFIX_WORKER_STDERR=1`` lets the worker's stderr through (onnxruntime's own
+log, for debugging).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import mmap
+import os
+import pickle
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["OnnxruntimeDied", "RemoteSession", "RuntimeFailure", "open_session", "describing", "simplify", "time_budget"]
+
+import numpy as np
+
+from graphfix.errors import GraphfixError, OnnxruntimeDied
+
+#: Seconds one onnxruntime step (making a session, one run on one input set, onnxsim's whole
+#: simplification) may take before graphfix stops it: 30 times the slowest step measured on the
+#: bench models (10.8 s to make the 100k-node model's session).
+DEFAULT_TIMEOUT = 300.0
+#: The largest ``--timeout`` accepted (one day).
+MAX_TIMEOUT = 86400.0
+
+_BUDGET: contextvars.ContextVar[float] = contextvars.ContextVar("graphfix_runtime_budget", default=DEFAULT_TIMEOUT)
+_LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("graphfix_runtime_label", default="the model")
+_ALIGN = 64
+_HEADER = struct.Struct("!Q")
+_MAX_FDS = 4
+
+
+class RuntimeFailure(Exception):
+    """onnxruntime (or onnxsim) raised an error in the worker: its message, as it would have read
+    in-process (``[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : ...``)."""
+
+
+def check_timeout(value: float) -> float:
+    """``--timeout``: a number of seconds in (0, MAX_TIMEOUT]."""
+    try:
+        ok = math.isfinite(value) and 0 < value <= MAX_TIMEOUT
+    except TypeError:
+        ok = False
+    if not ok:
+        raise GraphfixError(f"--timeout {value}: must be a number of seconds above 0 and at most {MAX_TIMEOUT:g}")
+    return float(value)
+
+
+@contextlib.contextmanager
+def describing(label: str) -> Iterator[None]:
+    """Sessions opened inside are named so in a crash's or a timeout's line ("the fixed model")."""
+    token = _LABEL.set(label)
+    try:
+        yield
+    finally:
+        _LABEL.reset(token)
+
+
+@contextlib.contextmanager
+def time_budget(seconds: float | None) -> Iterator[None]:
+    """Inside: each onnxruntime step may take ``seconds`` (None: :data:`DEFAULT_TIMEOUT`)."""
+    token = _BUDGET.set(DEFAULT_TIMEOUT if seconds is None else check_timeout(seconds))
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+# ---------------------------------------------------------------------------- messages
+def _send(sock: socket.socket, message: Any, fds: Sequence[int] = ()) -> None:
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    data = _HEADER.pack(len(payload)) + payload
+    sent = socket.send_fds(sock, [data[:_HEADER.size]], list(fds))  # the descriptors ride on the header
+    sock.sendall(data[sent:])
+
+
+def _recv_exactly(sock: socket.socket, n: int, wait=None) -> bytes:
+    chunks, left = [], n
+    while left:
+        if wait is not None:
+            wait()
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv(sock: socket.socket, wait=None) -> tuple[Any, list[int]]:
+    if wait is not None:
+        wait()
+    head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, _MAX_FDS)
+    if not head:
+        raise EOFError
+    head += _recv_exactly(sock, _HEADER.size - len(head), wait)
+    return pickle.loads(_recv_exactly(sock, _HEADER.unpack(head)[0], wait)), fds
+
+
+# ---------------------------------------------------------------------------- shared tensors
+def _anonymous_file(size: int) -> int:
+    """A descriptor of ``size`` bytes of shared memory no path names (gone when both sides close it)."""
+    try:
+        fd = os.memfd_create("graphfix-tensors", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):  # no memfd: an unlinked temp file
+        handle, name = tempfile.mkstemp(prefix="graphfix-tensors-")
+        os.unlink(name)
+        fd = handle
+    os.ftruncate(fd, size)
+    return fd
+
+
+Packed = tuple[int | None, list[tuple[str, str, tuple[int, ...], int]], dict[str, Any]]
+
+
+def pack(arrays: Sequence[tuple[str, Any]]) -> Packed:
+    """Arrays into one shared-memory descriptor (one copy): (fd or None, [(name, dtype, shape,
+    offset)], everything that is not a plain array, pickled with the message: strings, sequences)."""
+    layout, inline, end = [], {}, 0
+    for name, value in arrays:
+        if isinstance(value, np.ndarray) and not value.dtype.hasobject:
+            if value.nbytes == 0:
+                layout.append((name, value.dtype.str, tuple(value.shape), 0))
+                continue
+            end = -(-end // _ALIGN) * _ALIGN
+            layout.append((name, value.dtype.str, tuple(value.shape), end))
+            end += value.nbytes
+        else:
+            inline[name] = value
+    if end == 0:
+        return None, layout, inline
+    fd = _anonymous_file(end)
+    with mmap.mmap(fd, end) as mm:
+        by_name = dict(arrays)
+        for name, dtype, shape, offset in layout:
+            if not by_name[name].nbytes:
+                continue
+            view = np.ndarray(shape, np.dtype(dtype), buffer=mm, offset=offset)
+            view[...] = by_name[name]
+            del view
+    return fd, layout, inline
+
+
+def unpack(fd: int | None, layout: list, inline: dict[str, Any], order: Sequence[str] | None = None) -> dict[str, Any]:
+    """The arrays of :func:`pack`, over a private (copy-on-write) mapping of the descriptor, which
+    is closed: the mapping lives as long as an array over it."""
+    out: dict[str, Any] = {}
+    if fd is not None:
+        try:
+            size = os.fstat(fd).st_size
+            mm = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+    for name, dtype, shape, offset in layout:
+        empty = 0 in shape
+        out[name] = np.empty(shape, np.dtype(dtype)) if empty else np.ndarray(shape, np.dtype(dtype), buffer=mm, offset=offset)
+    out.update(inline)
+    return out if order is None else {k: out[k] for k in order}
+
+
+# ---------------------------------------------------------------------------- the parent's side
+class _Worker:
+    """One child process serving sessions; requests one at a time, each bounded by the budget."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        root = str(Path(__file__).resolve().parent.parent)
+        code = f"import sys; sys.path.insert(0, {root!r}); from graphfix.runtime.worker import serve; serve()"
+        # PR_SET_PDEATHSIG fires when the creating *thread* ends: only the main thread asks for it
+        with_thread = "0" if threading.current_thread() is threading.main_thread() else "1"
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", code, str(theirs.fileno()), str(os.getpid()), with_thread], pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=None if os.environ.get("GRAPHFIX_WORKER_STDERR") else subprocess.DEVNULL,
+                start_new_session=True, close_fds=True)
+        finally:
+            theirs.close()
+        self.sock, self.pid = ours, os.getpid()
+        self.closing: list[int] = []
+        self.lock = threading.Lock()  # one request at a time, whichever thread asks
+
+    def alive(self) -> bool:
+        return self.pid == os.getpid() and self.proc.poll() is None
+
+    def request(self, message: dict, fds: Sequence[int], what: str) -> tuple[Any, list[int]]:
+        """Send, wait for the answer within the budget; a dead or late worker ends the run."""
+        with self.lock:
+            return self._request(message, fds, what)
+
+    def _request(self, message: dict, fds: Sequence[int], what: str) -> tuple[Any, list[int]]:
+        budget = _BUDGET.get()
+        deadline = time.monotonic() + budget
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+
+        def wait() -> None:
+            while not poller.poll(max(0, min(1000, int((deadline - time.monotonic()) * 1000) + 1))):
+                if time.monotonic() >= deadline:
+                    self.kill()
+                    raise OnnxruntimeDied(f"onnxruntime did not finish {what} within {budget:g} s "
+                                          "(the time budget; --timeout SECONDS sets it)")
+
+        ok = False
+        try:
+            if self.closing:
+                message = {**message, "close": self.closing}
+                self.closing = []
+            _send(self.sock, message, fds)
+            reply, got = _recv(self.sock, wait)
+            ok = True
+        except (EOFError, ConnectionError):
+            raise OnnxruntimeDied(f"onnxruntime {self._death()} {what}") from None
+        finally:
+            if not ok:  # interrupted, timed out or dead: its state is unknown
+                self.kill()
+        if "error" in reply:
+            for fd in got:
+                os.close(fd)
+            raise RuntimeFailure(reply["error"])
+        return reply, got
+
+    def _death(self) -> str:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return "stopped answering"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"died of {name} ({signal.strsignal(-code) or 'killed'})"
+        return f"exited with status {code}"
+
+    def kill(self) -> None:
+        global _WORKER
+        if self.pid == os.getpid():
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            with contextlib.suppress(Exception):
+                self.proc.wait(timeout=5)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        if _WORKER is self:
+            _WORKER = None
+
+
+_WORKER: _Worker | None = None
+
+
+def _worker() -> _Worker:
+    global _WORKER
+    if _WORKER is None or not _WORKER.alive():
+        if _WORKER is not None and _WORKER.pid == os.getpid():
+            _WORKER.kill()
+        _WORKER = _Worker()
+    return _WORKER
+
+
+def start() -> None:
+    """Start the worker now, if none is running (it imports onnxruntime while the caller works on)."""
+    _worker()
+
+
+def shutdown() -> None:
+    """End the worker (tests; the CLI's process simply exits and the worker follows)."""
+    if _WORKER is not None:
+        _WORKER.kill()
+
+
+class RemoteSession:
+    """An onnxruntime session in the worker, used like one: ``run(None, feed)`` gives the outputs."""
+
+    def __init__(self, worker: _Worker, sid: int, outputs: list[str], label: str) -> None:
+        self.worker, self.sid, self.output_names, self.label = worker, sid, outputs, label
+        self.last_runtime = 0.0
+
+    def run(self, output_names: Sequence[str] | None, feed: dict[str, Any]) -> list[Any]:
+        names = list(output_names or self.output_names)
+        return list(self.run_named(feed, names).values())
+
+    def run_named(self, feed: dict[str, Any], names: Sequence[str] | None = None) -> dict[str, Any]:
+        """The outputs by name, over shared memory (one copy on each side of the boundary)."""
+        if not self.worker.alive():
+            raise OnnxruntimeDied("onnxruntime's worker is gone (an earlier crash or interrupt)")
+        fd, layout, inline = pack([(k, np.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in feed.items()])
+        try:
+            reply, fds = self.worker.request({"op": "run", "id": self.sid, "names": names, "layout": layout, "inline": inline},
+                                             [] if fd is None else [fd], f"running {self.label}")
+        finally:
+            if fd is not None:
+                os.close(fd)
+        self.last_runtime = reply["runtime"]
+        return unpack(fds[0] if fds else None, reply["layout"], reply["inline"], reply["names"])
+
+    def close(self) -> None:
+        """Free the session in the worker now (its weights' shared memory with it)."""
+        if self.sid is not None and self.worker.alive():
+            with self.worker.lock, contextlib.suppress(OSError):
+                _send(self.worker.sock, {"op": "close", "close": [self.sid]})
+        self.sid = None
+
+    def __del__(self) -> None:
+        # no message from here: a collection can run while a request is half sent
+        if getattr(self, "sid", None) is not None and self.worker.alive():
+            self.worker.closing.append(self.sid)
+
+
+def open_session(stub: bytes, names: list[str], arrays: list[np.ndarray], base_dir: str | None,
+                 tuned: bool) -> RemoteSession:
+    """A session in the worker for a serialized model whose big weights are ``arrays`` (handed to
+    onnxruntime as OrtValues over shared memory) and whose external data lives in ``base_dir``."""
+    worker, label = _worker(), _LABEL.get()
+    model_fd, _, _ = pack([("model", np.frombuffer(stub, np.uint8))])
+    weights_fd, layout, _ = pack(list(zip(names, arrays, strict=True)))
+    fds = [model_fd] + ([] if weights_fd is None else [weights_fd])
+    try:
+        reply, _ = worker.request({"op": "session", "layout": layout, "base_dir": base_dir, "tuned": tuned},
+                                  fds, f"making a session for {label}")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return RemoteSession(worker, reply["id"], reply["outputs"], label)
+
+
+def simplify(model_bytes: bytes) -> bytes:
+    """onnxsim's simplification of a serialized model, in the worker (onnxsim runs onnxruntime to
+    fold constants). RuntimeFailure: onnxsim raised."""
+    fd, _, _ = pack([("model", np.frombuffer(model_bytes, np.uint8))])
+    try:
+        _, fds = _worker().request({"op": "simplify"}, [fd], "simplifying the model (onnxsim)")
+    finally:
+        os.close(fd)
+    try:
+        with mmap.mmap(fds[0], 0, prot=mmap.PROT_READ) as mm:
+            return bytes(mm)
+    finally:
+        os.close(fds[0])
+
+
+# ---------------------------------------------------------------------------- the worker's side
+def _die_with_parent(parent: int, from_thread: bool) -> None:
+    """End when the parent dies (a SIGKILLed graphfix leaves no onnxruntime computing): SIGKILL
+    from the kernel (PR_SET_PDEATHSIG, when a main thread started this process), and a watchdog
+    thread that looks every half second (onnxruntime releases the GIL while it computes)."""
+    if not from_thread:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _map_bytes(fd: int) -> bytes:
+    try:
+        with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mm:
+            return bytes(mm)
+    finally:
+        os.close(fd)
+
+
+class _Server:
+    def __init__(self) -> None:
+        import onnxruntime as ort
+
+        ort.set_default_logger_severity(4)
+        self.ort = ort
+        self.sessions: dict[int, tuple[Any, Any]] = {}
+        self.next_id = 0
+
+    def session(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        ort = self.ort
+        stub = _map_bytes(fds[0])
+        weights = unpack(fds[1] if len(fds) > 1 else None, msg["layout"], {})
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        if msg["tuned"]:  # see graphfix.onnxio.external.session
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            options.enable_mem_pattern = False
+        if msg["base_dir"] is not None:
+            options.add_session_config_entry("session.model_external_initializers_file_folder_path", msg["base_dir"])
+        values = [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()]
+        if values:
+            options.add_external_initializers(list(weights), values)
+        made = ort.InferenceSession(stub, options, providers=["CPUExecutionProvider"])
+        self.next_id += 1
+        self.sessions[self.next_id] = (made, (values, weights))  # read in place: alive with the session
+        return {"id": self.next_id, "outputs": [o.name for o in made.get_outputs()]}, []
+
+    def run(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        made = self.sessions[msg["id"]][0]
+        feed = unpack(fds[0] if fds else None, msg["layout"], msg["inline"])
+        names = msg["names"] or [o.name for o in made.get_outputs()]
+        start = time.perf_counter()
+        outputs = made.run(names, feed)
+        runtime = time.perf_counter() - start
+        del feed
+        fd, layout, inline = pack(list(zip(names, outputs, strict=True)))
+        return {"runtime": runtime, "names": names, "layout": layout, "inline": inline}, [] if fd is None else [fd]
+
+    def simplify(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        import onnx
+        import onnxsim
+
+        model = onnx.load_from_string(_map_bytes(fds[0]))
+        simplified, _ = onnxsim.simplify(model, check_n=0)
+        fd, _, _ = pack([("model", np.frombuffer(simplified.SerializeToString(), np.uint8))])
+        return {}, [fd]
+
+    def handle(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]] | None:
+        for sid in msg.get("close", ()):
+            self.sessions.pop(sid, None)
+        return None if msg["op"] == "close" else getattr(self, msg["op"])(msg, fds)
+
+
+def serve() -> None:
+    """The worker's loop (``sys.argv``: the socket's descriptor, the parent's pid)."""
+    sock_fd, parent = int(sys.argv[1]), int(sys.argv[2])
+    _die_with_parent(parent, sys.argv[3] == "1")
+    for s in (signal.SIGINT, signal.SIGTERM):  # the parent decides; it kills this process
+        signal.signal(s, signal.SIG_IGN)
+    sock = socket.socket(fileno=sock_fd)
+    server = _Server()
+    while True:
+        try:
+            msg, fds = _recv(sock)
+        except (EOFError, ConnectionError):
+            os._exit(0)
+        try:
+            answer = server.handle(msg, fds)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types: the parent says them
+            answer = {"error": str(exc).strip() or type(exc).__name__}, []
+        if answer is None:  # closing a session: no answer
+            continue
+        reply, out = answer
+        try:
+            _send(sock, reply, out)
+        except (BrokenPipeError, ConnectionError):
+            os._exit(0)
+        finally:
+            for fd in out:
+                os.close(fd)

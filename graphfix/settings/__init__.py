@@ -1,0 +1,1 @@
+"""Run options: their checks and the syntax of shape and range options."""

@@ -1,0 +1,1 @@
+"""Verification against onnxruntime: inputs and shapes, sessions, comparison, regions."""
