@@ -34,7 +34,8 @@ from graphfix.fs.signals import deferred_signals, drop_pending_signal, signals_a
 
 #: What a stage writes: bytes, or a function that writes into the open temp file (big blobs).
 Data = bytes | bytearray | memoryview | Callable[[BinaryIO], None]
-_CHUNK = 1 << 24
+#: Bytes copied at a time (external data, staged files): one chunk in memory, not a whole weight.
+COPY_CHUNK = 1 << 24
 
 
 # ------------------------------------------------------------------------------ transaction
@@ -241,8 +242,8 @@ def _fill(temp: Path, data: Data, what: str, path: str | os.PathLike) -> None:
                 data(fh)
             else:
                 view = memoryview(data)
-                for start in range(0, len(view), _CHUNK):
-                    fh.write(view[start:start + _CHUNK])
+                for start in range(0, len(view), COPY_CHUNK):
+                    fh.write(view[start:start + COPY_CHUNK])
             fh.flush()
             os.fsync(fh.fileno())
     except OSError as exc:
@@ -261,7 +262,7 @@ def _copy(src: Path, dst: Path) -> None:
                     break
                 left -= n
         except OSError:  # not across these filesystems: copy the rest through Python
-            shutil.copyfileobj(fin, fout, _CHUNK)
+            shutil.copyfileobj(fin, fout, COPY_CHUNK)
         fout.flush()
         os.fsync(fout.fileno())
 

@@ -187,6 +187,12 @@ class EditLog:
             infer_nodes(edit.added, edit.root.opset)
             self.edits.append(edit)
 
+    def rollback_to(self, mark: int) -> None:
+        """Undo every edit after the first ``mark`` ones, newest first, and forget them."""
+        for e in reversed(self.edits[mark:]):
+            e.undo()
+        del self.edits[mark:]
+
     def abandon(self, edit: Edit) -> None:
         """A rewrite that raised (``Skip`` or a bug): undo whatever it had done."""
         self._end(edit)

@@ -26,7 +26,8 @@ import onnx
 from onnx import numpy_helper
 
 from graphfix.errors import GraphfixError
-from graphfix.onnxio.proto import estimated_size, initializers, tensor_bytes
+from graphfix.fs.transaction import COPY_CHUNK
+from graphfix.onnxio.proto import PROTO_LIMIT, estimated_size, initializers, tensor_bytes
 
 #: External tensors up to this many bytes are read in at load (passes may fold small constants).
 LOAD_SMALL_BELOW = 1 << 20
@@ -34,8 +35,6 @@ LOAD_SMALL_BELOW = 1 << 20
 EXTERNAL_ABOVE = 1024
 #: Offsets in the data file are aligned like onnx's own writer (page size, for mmap).
 _ALIGN = 4096
-_CHUNK = 1 << 24
-_PROTO_LIMIT = 2**31 - 1
 
 
 def is_external(t: onnx.TensorProto) -> bool:
@@ -102,7 +101,7 @@ class DataPlan:
                     src.seek(int(entry.get("offset", 0) or 0))
                     left = n
                     while left:
-                        chunk = src.read(min(_CHUNK, left))
+                        chunk = src.read(min(COPY_CHUNK, left))
                         if not chunk:
                             raise GraphfixError(f"external data of tensor '{t.name}' ends early", entry["location"])
                         fh.write(chunk)
@@ -135,4 +134,4 @@ class DataPlan:
 
 def needs_external(model: onnx.ModelProto, requested: str | None) -> bool:
 
-    return requested is not None or has_external(model) or estimated_size(model) > _PROTO_LIMIT
+    return requested is not None or has_external(model) or estimated_size(model) > PROTO_LIMIT

@@ -36,11 +36,11 @@ import onnx
 
 from graphfix.errors import GraphfixError, first_line
 from graphfix.fs.names import aux_name_bytes, file_kind, writable_target
-from graphfix.onnxio.proto import tensor_bytes
+from graphfix.onnxio.proto import PROTO_LIMIT, tensor_bytes
 
 #: protobuf cannot parse or serialise a message of 2 GiB or more. A model file, or a model with
 #: its external data loaded, above this is refused (until graphfix keeps big weights on disk).
-MAX_MODEL_BYTES = 2**31 - 1
+MAX_MODEL_BYTES = PROTO_LIMIT
 #: Largest ``--load-inputs`` file (and uncompressed ``.npz`` content) graphfix reads.
 MAX_INPUTS_BYTES = 2**31
 #: Largest TensorRT log ``graphfix explain`` reads.

@@ -11,7 +11,7 @@ import onnx
 from graphfix.onnxio.ir import runtime_compatible
 
 #: 2 GiB protobuf limit: larger models are written with external data.
-_PROTO_LIMIT = 2**31 - 1
+PROTO_LIMIT = 2**31 - 1
 
 
 #: Initializers with more elements than this are left out of shape inference and the checker

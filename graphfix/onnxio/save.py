@@ -13,7 +13,7 @@ from graphfix.fs.transaction import write_atomic
 from graphfix.onnxio import external as external_mod
 from graphfix.onnxio import paths
 from graphfix.onnxio.ir import runtime_compatible
-from graphfix.onnxio.proto import _PROTO_LIMIT, Assembled, write_streamed
+from graphfix.onnxio.proto import PROTO_LIMIT, Assembled, write_streamed
 
 
 def save_model(model: onnx.ModelProto | Assembled, path: str | os.PathLike, base_dir: str | os.PathLike | None = None,
@@ -28,7 +28,7 @@ def save_model(model: onnx.ModelProto | Assembled, path: str | os.PathLike, base
 
     if isinstance(model, Assembled):
         inline = external_data is None and not external_mod.has_external(model)
-        if inline and model.size() <= _PROTO_LIMIT:
+        if inline and model.size() <= PROTO_LIMIT:
             parts = model.compatible()
             write_atomic(path, lambda fh: write_streamed(parts, fh))
             return None

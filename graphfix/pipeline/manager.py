@@ -193,9 +193,7 @@ def _run_pass(p: Pass, graph: gs.Graph, record: PassRecord, settings: Settings, 
     except GraphfixError:
         raise
     except Exception as exc:  # noqa: BLE001 - a buggy pass must not take the user's run down
-        for e in reversed(log.edits[mark:]):
-            e.undo()
-        del log.edits[mark:]
+        log.rollback_to(mark)
         verdict, record.reason = ERROR, f"rolled back: the pass raised {type(exc).__name__}: {first_line(exc)}"
     else:
         record.matched += matched
@@ -204,9 +202,7 @@ def _run_pass(p: Pass, graph: gs.Graph, record: PassRecord, settings: Settings, 
         record.findings += [d for d in (f.as_dict() for f in findings) if (d["node"], d["message"]) not in known]
         broken = _ensure(p, graph, trt, force, {f.node or f.op for f in findings}, signature) if rewritten else ""
         if broken:
-            for e in reversed(log.edits[mark:]):
-                e.undo()
-            del log.edits[mark:]
+            log.rollback_to(mark)
             verdict, record.reason = ROLLED_BACK, f"rolled back: the pass broke its contract: {broken}"
         elif rewritten:
             verdict = UNVERIFIED
