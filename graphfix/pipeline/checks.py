@@ -21,7 +21,7 @@ def _invalid(model: onnx.ModelProto, full_check: bool, source: onnx.ModelProto |
              report: Report | None = None) -> str | None:
     """onnx.checker's complaint about a rewritten ``model``. With ``source`` (the input), a full
     check's shape conflict that vanishes once the input's own declared shapes are forgotten is the
-    input's defect, not the rewrite's (model_io.relaxed_problem); the report says so once."""
+    input's defect, not the rewrite's (onnxio.validate.relaxed_problem); the report says so once."""
     try:
         problem = checker_problem(runtime_compatible(model), full_check)
     except GraphfixError as exc:
