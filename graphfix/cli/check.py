@@ -22,7 +22,7 @@ from graphfix.check.findings import BLOCKING, check_model, data_source_lines, fi
 from graphfix.cli.common import quiet_libraries
 from graphfix.errors import GraphfixError, visible
 from graphfix.onnxio.load import load_model
-from graphfix.report.summary import _more_like
+from graphfix.report.summary import more_like
 from graphfix.report.text import MAX_TEXT, md_code, md_text
 from graphfix.settings.checks import check_jobs
 from graphfix.trt.support import resolve
@@ -229,7 +229,7 @@ def render(report, model: str) -> str:
             continue
         where = f"{f['node']} ({f['op']})" if f["node"] else "(model)"
         lines.append(f"{f['severity'].upper():8}  {where}: {f['message']}")
-        like = _more_like(same)
+        like = more_like(same)
         if like:
             lines.append(f"          {like}; --json lists every node")
         if f["path"]:

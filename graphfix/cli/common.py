@@ -60,7 +60,7 @@ def _say(line: str, code: int) -> int:
 
 
 @contextlib.contextmanager
-def _stderr_silenced() -> Iterator[None]:
+def stderr_silenced() -> Iterator[None]:
     """File descriptor 2 on /dev/null: onnxruntime's C++ code logs at import, before its logger
     can be configured ("Failed to persist telemetry device ID" when HOME is not writable). A
     failed import still raises, and graphfix reports that in its one line."""

@@ -343,7 +343,7 @@ def _print(result: FixResult, args: argparse.Namespace) -> None:
                     head, more = data_source_lines(same, "    ")
                     print("\n".join(visible(line) for line in [f"  {head}", *more]))
                     continue
-                like = summary_mod.in_parens(summary_mod._more_like(same))
+                like = summary_mod.in_parens(summary_mod.more_like(same))
                 print(visible(f"  {f['node'] or '(model)'} ({f['op'] or '-'}): {f['message']} -> {f['remedy']}{like}"))
         engine = result.report.engine or {}
         for tool, line in engine.get("commands", {}).items():

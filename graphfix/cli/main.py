@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 
 from graphfix import __version__
 from graphfix.cli.commands import COMMANDS
-from graphfix.cli.common import EXIT_BROKEN_PIPE, _exit, _stderr_silenced, discard_stdout, quiet_libraries
+from graphfix.cli.common import EXIT_BROKEN_PIPE, _exit, discard_stdout, quiet_libraries, stderr_silenced
 from graphfix.errors import GraphfixError, cut
 from graphfix.fs.signals import deferred_signals, signal_raised, signals_as_exceptions
 
@@ -92,7 +92,7 @@ def _hard_exit(code: int) -> None:
 def _main(args_list: list[str], verbose: bool) -> int:
     if args_list and args_list[0] not in COMMANDS and not args_list[0].startswith("-"):
         args_list.insert(0, "fix")
-    with deferred_signals(), contextlib.nullcontext() if verbose else _stderr_silenced():
+    with deferred_signals(), contextlib.nullcontext() if verbose else stderr_silenced():
         parser = build_parser()  # a signal now is delivered once the imports are done
         _preload()
     args = parser.parse_args(args_list)

@@ -30,7 +30,7 @@ def current_umask() -> int:
     return mask
 
 
-def _final_mode(target: Path) -> int:
+def final_mode(target: Path) -> int:
     """What ``open(target, "w")`` would leave: the old mode if the file exists, else the umask's."""
     try:
         st = os.stat(target)
@@ -141,7 +141,7 @@ def file_kind(mode: int) -> str:
     return "not a plain file"
 
 
-def _temp_beside(target: Path, what: str, path: str | os.PathLike) -> Path:
+def temp_beside(target: Path, what: str, path: str | os.PathLike) -> Path:
     """A new, empty temp file ``.<name>.<pid>.<random>.tmp`` beside ``target``."""
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{_stem(target.name)}.{os.getpid()}.", suffix=".tmp", dir=target.parent)

@@ -29,7 +29,7 @@ from typing import BinaryIO
 from graphfix.errors import GraphfixError, first_line
 from graphfix.fs.faults import _step
 from graphfix.fs.locks import _Lock
-from graphfix.fs.names import _final_mode, _quiet, _temp_beside, remove_stale, resolve_target, writable_target
+from graphfix.fs.names import _quiet, final_mode, remove_stale, resolve_target, temp_beside, writable_target
 from graphfix.fs.signals import deferred_signals, drop_pending_signal, signals_as_exceptions
 
 #: What a stage writes: bytes, or a function that writes into the open temp file (big blobs).
@@ -121,7 +121,7 @@ class Transaction:
         target = writable_target(path, what)
         remove_stale(target)
         with deferred_signals():  # the temp file is known to the transaction the moment it exists
-            entry = _Staged(target, _temp_beside(target, what, path), what)
+            entry = _Staged(target, temp_beside(target, what, path), what)
             self.staged.append(entry)
         return entry
 
@@ -145,7 +145,7 @@ class Transaction:
             if os.path.lexists(data.target):  # the model in place may read it: the new weights go beside
                 interim = data.temp.with_name(data.temp.name[1:-len(".tmp")] + ".new")
                 entry.final = entry.temp
-                entry.temp = _temp_beside(entry.target, entry.what, entry.target)
+                entry.temp = temp_beside(entry.target, entry.what, entry.target)
                 assert entry.naming is not None
                 _fill(entry.temp, entry.naming(os.path.relpath(interim, entry.target.parent)), entry.what, entry.target)
                 _place(data, interim)
@@ -178,11 +178,11 @@ class Transaction:
         copy is in place nothing was replaced, so a failure rolls the transaction back."""
         data = model.data
         assert data is not None and data.placed is not None and model.final is not None
-        copy = _temp_beside(data.target, data.what, data.target)
+        copy = temp_beside(data.target, data.what, data.target)
         try:
             _step(f"copy {data.placed.name} to {copy.name}")
             _copy(data.placed, copy)
-            os.chmod(copy, _final_mode(data.target))
+            os.chmod(copy, final_mode(data.target))
             _step(f"rename {copy.name} -> {data.target.name}")
             os.replace(copy, data.target)
         except OSError as exc:
@@ -190,7 +190,7 @@ class Transaction:
             self.rollback()
             raise GraphfixError(f"cannot write {data.what} ({first_line(exc)})", str(data.target)) from exc
         try:
-            os.chmod(model.final, _final_mode(model.target))
+            os.chmod(model.final, final_mode(model.target))
             _step(f"rename {model.final.name} -> {model.target.name}")
             os.replace(model.final, model.target)
             model.final = None
@@ -269,7 +269,7 @@ def _copy(src: Path, dst: Path) -> None:
 
 def _place(entry: _Staged, where: Path) -> None:
     """Rename the entry's temp file to ``where``, keeping what was there reachable (a hard link)."""
-    os.chmod(entry.temp, _final_mode(entry.target))
+    os.chmod(entry.temp, final_mode(entry.target))
     entry.existed = os.path.lexists(where)
     if entry.existed:
         backup = entry.temp.with_name(entry.temp.name[:-len(".tmp")] + ".bak")

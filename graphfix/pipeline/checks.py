@@ -55,13 +55,13 @@ def _check(model: onnx.ModelProto, trt: str | None):
     return check_model(model, trt)
 
 
-def _check_fixed(graph: gs.Graph, fixed: Assembled, trt: str):
+def check_fixed(graph: gs.Graph, fixed: Assembled, trt: str):
     """`graphfix check` of the fixed model on the graph it was exported from (pruned and sorted
     by the export): no second import, and the weights are not copied into one ModelProto."""
 
     return check_graph(graph, trt, default_opset(fixed.stub), {t.data_type for t in fixed.initializers})
 
 
-def _trt_summary(before, after, trt: str) -> dict[str, Any]:
+def trt_summary(before, after, trt: str) -> dict[str, Any]:
     """`graphfix check` before (the input's report) and after: what the target still rejects."""
     return {"version": trt, "before": before.as_dict(), "after": after.as_dict()}

@@ -26,7 +26,7 @@ from graphfix.trt.versions import TrtVersion
 from graphfix.verify import regions as regions_mod
 
 
-def _trt_version(text: str | None) -> TrtVersion | None:
+def trt_version(text: str | None) -> TrtVersion | None:
     if text is None:
         return None
     try:
@@ -88,12 +88,12 @@ def op_counts(graph: gs.Graph) -> Counter:
 MAX_ROUNDS = 4
 
 
-def _run_passes(graph: gs.Graph, chosen: list[Pass], settings: Settings, log: EditLog, report: Report,
+def run_passes(graph: gs.Graph, chosen: list[Pass], settings: Settings, log: EditLog, report: Report,
                 step, after_pass=None) -> int:
     """The passes in order, then again on what they added, until a round rewrites nothing: running
     graphfix on its own output then changes nothing. With ``--passes auto`` the later rounds may
     use any pass (what a rewrite emits can need one the input did not)."""
-    trt = _trt_version(settings.trt)
+    trt = trt_version(settings.trt)
     signature = _signature(graph)
     counts = op_counts(graph)
     records: dict[str, PassRecord] = {}
@@ -141,16 +141,16 @@ def _undo_new_blockers(graph: gs.Graph, log: EditLog, report: Report, trt: str) 
         f = next((blamed[id(e)] for e in region.edits if id(e) in blamed), None)
         if f is None:
             continue
-        report.nodes.append(_node_record(region, ROLLED_BACK, "not compared (undone before verification)",
+        report.nodes.append(node_record(region, ROLLED_BACK, "not compared (undone before verification)",
                                          f"emits {f.op} {f.node!r}, which TensorRT {trt} rejects ({f.message})"))
         region.undo()
         undone += 1
         why = f"{', '.join(f'{e.node.op} {e.node.name!r}' for e in region.edits)}: emits {f.op} {f.node!r}, which TensorRT {trt} rejects ({f.message})"
-        _charge_rollback(by_pass, region, why)
+        charge_rollback(by_pass, region, why)
     return undone
 
 
-def _charge_rollback(by_pass: dict[str, PassRecord], region: regions_mod.Region, why: str, settle: bool = True) -> None:
+def charge_rollback(by_pass: dict[str, PassRecord], region: regions_mod.Region, why: str, settle: bool = True) -> None:
     """An undone region's passes: its nodes counted as rolled back and ``why`` added to their
     reason; with ``settle``, a pass whose every rewrite is undone is marked rolled back."""
     for name in region.passes:
@@ -161,7 +161,7 @@ def _charge_rollback(by_pass: dict[str, PassRecord], region: regions_mod.Region,
             rec.verdict = ROLLED_BACK
 
 
-def _node_record(region: regions_mod.Region, verdict: str, checked: str, reason: str = "", outputs=None) -> dict[str, Any]:
+def node_record(region: regions_mod.Region, verdict: str, checked: str, reason: str = "", outputs=None) -> dict[str, Any]:
     """The report's record of one rewritten region: its passes, the nodes it replaced (op and
     name), what was compared, the verdict, why it was undone, its before/after diagram and cost
     (FLOPs and bytes before/after; both read before any undo: they read the live rewrite)."""

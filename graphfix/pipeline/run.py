@@ -34,12 +34,12 @@ from graphfix.graph.edits import EditLog
 from graphfix.onnxio.proto import Assembled
 from graphfix.passes.base import Pass
 from graphfix.pipeline import fix_shapes
-from graphfix.pipeline.checks import _check, _check_fixed, _trt_summary
+from graphfix.pipeline.checks import _check, check_fixed, trt_summary
 from graphfix.pipeline.feeds import _LazyFeeds
-from graphfix.pipeline.manager import _auto, _run_passes, _trt_version, choose_passes
+from graphfix.pipeline.manager import _auto, choose_passes, run_passes, trt_version
 from graphfix.pipeline.settings import Outcome, Settings
 from graphfix.pipeline.steps import _freeze, _simplify
-from graphfix.pipeline.verification import _verify_each, _verify_regions
+from graphfix.pipeline.verification import _verify_each, verify_regions
 from graphfix.report.model import Report
 from graphfix.verify import inputs as inputs_mod
 from graphfix.verify import sessions as sessions_mod
@@ -49,7 +49,7 @@ from graphfix.verify import sessions as sessions_mod
 def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, target: str | None = None,
         progress=None) -> Outcome:
     start = time.perf_counter()
-    _trt_version(settings.trt)
+    trt_version(settings.trt)
     for name in settings.force:
         registry.get(name)
     _refuse_early(model, settings)
@@ -78,12 +78,12 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         decided = discrete.find(graph) if settings.verify else ([], {})
         if settings.verify and settings.verify_each:
             return _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step, before)
-        _run_passes(graph, chosen, settings, log, report, step)
+        run_passes(graph, chosen, settings, log, report, step)
         baseline = final_results = fixed = None
         if settings.verify and not any(not e.undone for e in log.edits):
             feeds.unused()
         elif settings.verify:
-            baseline, final_results, fell_back, fixed = _verify_regions(model, graph, log, settings, report, feeds.get(decided),
+            baseline, final_results, fell_back, fixed = verify_regions(model, graph, log, settings, report, feeds.get(decided),
                                                                         counter, source, decided, step)
             if fell_back:
                 gc.unfreeze()
@@ -105,8 +105,8 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     outcome = Outcome(fixed, report, feeds.chosen or [], baseline, final_results)
     if settings.trt is not None:
         step(f"checking the fixed model for TensorRT {settings.trt}")
-        after = _check_fixed(graph, fixed, settings.trt) if isinstance(fixed, Assembled) else _check(fixed, settings.trt)
-        report.trt = _trt_summary(before, after, settings.trt)
+        after = check_fixed(graph, fixed, settings.trt) if isinstance(fixed, Assembled) else _check(fixed, settings.trt)
+        report.trt = trt_summary(before, after, settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
     return outcome
 

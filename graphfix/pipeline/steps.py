@@ -16,7 +16,7 @@ from graphfix.pipeline import simplify as simplify_mod
 from graphfix.pipeline.checks import _invalid
 from graphfix.pipeline.feeds import _LazyFeeds
 from graphfix.pipeline.settings import Settings
-from graphfix.pipeline.verification import _end_to_end, _users_diffs
+from graphfix.pipeline.verification import end_to_end, users_diffs
 from graphfix.report.model import ERROR, KEPT, ROLLED_BACK, UNCHANGED, UNVERIFIED, PassRecord, Report
 from graphfix.trt.support import versions
 from graphfix.verify import compare as compare_mod
@@ -101,7 +101,7 @@ def _whole_model_step(name: str, model: onnx.ModelProto, candidate: onnx.ModelPr
             raise
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
             raise sessions_mod.CannotRun(first_line(exc)) from exc
-        diffs = _end_to_end(model, original, results, settings, feeds, counter, report)
+        diffs = end_to_end(model, original, results, settings, feeds, counter, report)
         record.outputs = {k: d.as_dict() for k, d in diffs.items()}
         bad = [k for k, d in diffs.items() if not d.passed]
         if not bad and counter.tuned and sessions_mod.on_onnxruntime(model):
@@ -111,7 +111,7 @@ def _whole_model_step(name: str, model: onnx.ModelProto, candidate: onnx.ModelPr
                 raise
             except Exception:  # noqa: BLE001 - the input itself does not run there: nothing to compare with
                 reference = None
-            users = _users_diffs(model, reference, candidate, settings, report, feeds, counter)[0] if reference else {}
+            users = users_diffs(model, reference, candidate, settings, report, feeds, counter)[0] if reference else {}
             bad = [f"{k} only under {sessions_mod.USERS_SETTINGS}" for k, d in users.items() if not d.passed]
         record.verdict = ROLLED_BACK if bad else KEPT
         if bad:

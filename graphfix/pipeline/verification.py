@@ -15,8 +15,8 @@ from graphfix.graph import to_model
 from graphfix.graph.convert import to_parts
 from graphfix.onnxio.proto import Assembled
 from graphfix.onnxio.validate import passes_full_check
-from graphfix.pipeline.checks import _check, _invalid, _trt_summary
-from graphfix.pipeline.manager import _charge_rollback, _node_record, _run_passes
+from graphfix.pipeline.checks import _check, _invalid, trt_summary
+from graphfix.pipeline.manager import charge_rollback, node_record, run_passes
 from graphfix.pipeline.settings import Outcome, Settings, StrictFailure
 from graphfix.report.model import KEPT, ROLLED_BACK, UNVERIFIED, PassRecord, Report
 from graphfix.verify import compare as compare_mod
@@ -24,7 +24,7 @@ from graphfix.verify import regions as regions_mod
 from graphfix.verify import sessions as sessions_mod
 
 
-def _verify_regions(model, graph, log, settings, report, feeds, counter, source, decided=([], {}), step=lambda what: None):
+def verify_regions(model, graph, log, settings, report, feeds, counter, source, decided=([], {}), step=lambda what: None):
     """Probe session + end-to-end session. Returns (baseline, final, fell_back, the fixed model).
     ``decided``: the original's decisions and the outputs depending on them (graphfix.analysis.discrete).
     ``step`` hears each phase and, every 1/100 of them, how many regions were compared (a
@@ -54,7 +54,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source,
         records = compare_mod.region_diffs(probe_results, r.probes, *settings.tol, settings.automatic_tolerance) if not r.unchecked else {}
         bad = {k: d for k, d in records.items() if not d.passed}
         worst = ", ".join(f"{k} (max abs {d.max_abs:.3g}, max rel {d.max_rel:.3g})" for k, d in bad.items())
-        entry = _node_record(r, ROLLED_BACK if bad else KEPT, r.unchecked or "on its own, on the original model's tensors",
+        entry = node_record(r, ROLLED_BACK if bad else KEPT, r.unchecked or "on its own, on the original model's tensors",
                              f"outputs differ: {worst}" if bad else "", {k: d.as_dict() for k, d in records.items()})
         report.nodes.append(entry)
         for name in r.passes:
@@ -67,7 +67,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source,
             if settings.strict:
                 raise StrictFailure(f"--strict: {', '.join(entry['nodes'])} ({', '.join(r.passes)}) would be rolled back", source)
             r.undo()
-            _charge_rollback(by_pass, r, f"{', '.join(entry['nodes'])}: outputs differ: {worst}", settle=False)
+            charge_rollback(by_pass, r, f"{', '.join(entry['nodes'])}: outputs differ: {worst}", settle=False)
     for rec in report.passes:
         if rec.verdict == UNVERIFIED:
             rec.verdict = ROLLED_BACK if rec.rolled_back_nodes >= rec.rewritten else KEPT
@@ -90,7 +90,7 @@ def _verify_regions(model, graph, log, settings, report, feeds, counter, source,
     if decisions:
         report.discrete = discrete.judge(decisions, depends, compare_mod.iterations(probe_results), compare_mod.iterations(final))
         final = compare_mod.select_outputs(final, [o.name for o in model.graph.output])
-    diffs = _end_to_end(model, baseline, final, settings, feeds, counter, report)
+    diffs = end_to_end(model, baseline, final, settings, feeds, counter, report)
     report.final = {k: d.as_dict() for k, d in diffs.items()}
     if not all(d.passed for d in diffs.values()):
         return baseline, None, True, None
@@ -107,7 +107,7 @@ def _users_settings(model, graph, log, regs, entries, parts, settings: Settings,
     ``Div(y, x)`` (issue 22: a Swin export off by 0.2, exact in graphfix's own sessions). Two
     sessions: the original's run doubles as the noise floor's (sessions_mod.switched_run). A difference
     under these settings only is blamed on the regions that differ in the probe run under them,
-    which are undone and named. Returns _verify_regions' tuple with the results under the users'
+    which are undone and named. Returns verify_regions' tuple with the results under the users'
     settings: the reference outputs written for polygraphy come from the configuration it runs."""
     if not counter.tuned or not sessions_mod.on_onnxruntime(model):
         report.users = {"settings": "verification's own (onnxruntime's defaults, or not onnxruntime): nothing to add",
@@ -123,7 +123,7 @@ def _users_settings(model, graph, log, regs, entries, parts, settings: Settings,
         report.notes.append(f"onnxruntime cannot run the input model under {sessions_mod.USERS_SETTINGS} ({first_line(exc)}): "
                             "the written model was compared under verification's settings only")
         return baseline, final, False, parts
-    diffs, results = _users_diffs(model, reference, parts, settings, report, feeds, counter)
+    diffs, results = users_diffs(model, reference, parts, settings, report, feeds, counter)
     report.users = {"settings": sessions_mod.USERS_SETTINGS, "outputs": {k: d.as_dict() for k, d in diffs.items()}}
     if all(d.passed for d in diffs.values()):
         return reference, results, False, parts
@@ -142,15 +142,15 @@ def _users_settings(model, graph, log, regs, entries, parts, settings: Settings,
     except Exception as exc:  # noqa: BLE001
         report.notes.append(f"onnxruntime cannot run the fixed model ({first_line(exc)}); checking pass by pass")
         return baseline, None, True, None
-    report.final = {k: d.as_dict() for k, d in _end_to_end(model, baseline, final, settings, feeds, counter, report).items()}
-    diffs, results = _users_diffs(model, reference, fixed, settings, report, feeds, counter)
+    report.final = {k: d.as_dict() for k, d in end_to_end(model, baseline, final, settings, feeds, counter, report).items()}
+    diffs, results = users_diffs(model, reference, fixed, settings, report, feeds, counter)
     report.users["outputs"] = {k: d.as_dict() for k, d in diffs.items()}
     if not all(d["passed"] for d in [*report.final.values(), *report.users["outputs"].values()]):
         return baseline, None, True, None
     return reference, results, False, parts
 
 
-def _users_diffs(model, reference, fixed, settings: Settings, report: Report, feeds, counter):
+def users_diffs(model, reference, fixed, settings: Settings, report: Report, feeds, counter):
     """The fixed model under the users' settings against ``reference`` (the original's run there):
     (per-output differences, its results). A fixed model those settings cannot run differs on
     every output (results None)."""
@@ -161,7 +161,7 @@ def _users_diffs(model, reference, fixed, settings: Settings, report: Report, fe
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
         why = f"onnxruntime cannot run it there ({first_line(exc)})"
         return {o.name: compare_mod.OutputDiff(float("inf"), float("inf"), False, why) for o in model.graph.output}, None
-    diffs = _end_to_end(model, reference, results, settings, feeds, counter, report)
+    diffs = end_to_end(model, reference, results, settings, feeds, counter, report)
     _ties_in_another_order(diffs, reference, results, settings, report)
     return diffs, results
 
@@ -225,7 +225,7 @@ def _undo_under_users_settings(model, regs, entries, settings: Settings, report:
         if entry is not None:
             entry.update(verdict=ROLLED_BACK, reason=why)
         r.undo()
-        _charge_rollback(by_pass, r, why)
+        charge_rollback(by_pass, r, why)
     return len(blamed) or len(live)
 
 
@@ -243,7 +243,7 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
         if state["users"] is None:
             state["users_ref"] = compare_mod.first_iterations(sessions_mod.switched_run(model, state["feeds"], counter, settings.base_dir),
                                                          len(state["feeds"]))
-        diffs, state["users"] = _users_diffs(model, state["users_ref"], candidate, settings, report, state["feeds"], counter)
+        diffs, state["users"] = users_diffs(model, state["users_ref"], candidate, settings, report, state["feeds"], counter)
         report.users = {"settings": sessions_mod.USERS_SETTINGS, "outputs": {k: d.as_dict() for k, d in diffs.items()}}
         bad = [f"{k} (max abs {d.max_abs:.3g}{'; ' + d.note if d.note else ''})" for k, d in diffs.items() if not d.passed]
         return f"differs only under {sessions_mod.USERS_SETTINGS}: {', '.join(bad)}" if bad else ""
@@ -271,7 +271,7 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
             except Exception as exc:  # noqa: BLE001
                 reason = f"onnxruntime cannot run the rewritten model ({first_line(exc)})"
         if results is not None:
-            diffs = _end_to_end(model, baseline, results, settings, feeds_now, counter, report)
+            diffs = end_to_end(model, baseline, results, settings, feeds_now, counter, report)
             record.outputs = {k: d.as_dict() for k, d in diffs.items()}
             bad = [k for k, d in diffs.items() if not d.passed]
             if bad:
@@ -291,11 +291,11 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
             record.verdict = KEPT
             state["results"] = results
 
-    if _run_passes(graph, chosen, settings, log, report, step, after_pass=check):  # regions undone after checking
+    if run_passes(graph, chosen, settings, log, report, step, after_pass=check):  # regions undone after checking
         fixed = to_model(graph, model)
         baseline = reference()
         state["results"] = sessions_mod.run(fixed, state["feeds"], "graphfix-fixed", counter, settings.base_dir)
-        diffs = _end_to_end(model, baseline, state["results"], settings, state["feeds"], counter, report)
+        diffs = end_to_end(model, baseline, state["results"], settings, state["feeds"], counter, report)
         report.final = {k: d.as_dict() for k, d in diffs.items()}
         if users and state["users"] is not None:
             users_check(fixed)
@@ -304,14 +304,14 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
         feeds.unused()
     report.sessions = counter.count
     if settings.trt is not None:
-        report.trt = _trt_summary(before or _check(model, settings.trt), _check(fixed, settings.trt), settings.trt)
+        report.trt = trt_summary(before or _check(model, settings.trt), _check(fixed, settings.trt), settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
     if state["users"] is not None:  # the polygraphy side files: the results under the users' settings
         return Outcome(fixed, report, state["feeds"], state["users_ref"], state["users"])
     return Outcome(fixed, report, state.get("feeds", []), state.get("baseline"), state["results"])
 
 
-def _end_to_end(model, baseline, results, settings: Settings, feeds, counter, report: Report) -> dict[str, compare_mod.OutputDiff]:
+def end_to_end(model, baseline, results, settings: Settings, feeds, counter, report: Report) -> dict[str, compare_mod.OutputDiff]:
     """The fixed (or partly fixed) model's outputs against the original's: at the tolerance in
     force, and with the automatic tolerance, where that fails, within NOISE_MULTIPLE times the
     original model's own noise floor (measured once per run, reported as ``noise_floor``)."""

@@ -13,13 +13,13 @@ from graphfix.report.summary import (
     COST_HEAD,
     NAMED,
     _drawn,
-    _more_like,
     _num,
     _worst_diff,
     cost_cells,
     discrete_lines,
     group_by,
     in_parens,
+    more_like,
     pass_costs,
     rewrite_groups,
     trt_groups,
@@ -82,7 +82,7 @@ def _trt_table(check: dict[str, Any]) -> list[str]:
             rows.append([md_text(f["severity"]), md_text("+".join(dict.fromkeys(g["op"] for g in same))), str(len(same)),
                          md_code(f["path"][0]), md_text("; ".join(data)), md_text(f.get("remedy") or "-")])
             continue
-        where = f"{md_code(f['node'])}{in_parens(_more_like(same, md_code))}" if f["node"] else "-"
+        where = f"{md_code(f['node'])}{in_parens(more_like(same, md_code))}" if f["node"] else "-"
         rows.append([md_text(f["severity"]), md_text(f["op"] or "(model)"), str(len(same)), where, md_text(f["message"]),
                      md_text(f.get("remedy") or "-")])
     return _rows(["severity", "op", "nodes", "where", "finding", "remedy"], rows, "kinds of finding")
@@ -98,7 +98,7 @@ def markdown(report: Report) -> str:
                   _pass_rows(report), "rows")]
     notes = [f"- **{md_text(p.name)}**: {md_text(p.reason)}" for p in report.passes if p.reason]
     notes += [f"- **{md_text(p.name)}**: {md_text(f['op'])} {md_code(f['node'], cell=False)} not rewritten: {md_text(f['message'])}"
-              + in_parens(_more_like(same, lambda n: md_code(n, cell=False)))
+              + in_parens(more_like(same, lambda n: md_code(n, cell=False)))
               for p in report.passes for same in group_by(p.findings, ("op", "message")) for f in same[:1]]
     if notes:
         out += ["", "## Findings", "", *notes[:MAX_ROWS]]

@@ -106,10 +106,10 @@ def grouped(findings: list[dict], key: tuple[str, ...] = ("op", "message")) -> l
     """Each distinct finding once, with "and N more like it: ..." naming the other nodes (empty
     when there are none): an export repeats its blocks, and 25000 identical lines hide the one
     that differs."""
-    return [(same[0], _more_like(same)) for same in group_by(findings, key)]
+    return [(same[0], more_like(same)) for same in group_by(findings, key)]
 
 
-def _more_like(same: list[dict], show=str) -> str:
+def more_like(same: list[dict], show=str) -> str:
     """"and N more like it: a, b, …"; ``show`` writes one node name (Markdown: as a code span)."""
     others = [g.get("node") or "(model)" for g in same[1:]]
     named = ", ".join(show(o) for o in others[:NAMED]) + (f", … ({len(others) - NAMED} more)" if len(others) > NAMED else "")

@@ -22,7 +22,7 @@ def first_iterations(results: RunResults, n: int) -> RunResults:
     return out
 
 
-def _finite_max_abs(a: np.ndarray, b: np.ndarray) -> float:
+def finite_max_abs(a: np.ndarray, b: np.ndarray) -> float:
     if a.shape != b.shape:
         return 0.0
     both = np.isfinite(a) & np.isfinite(b)

@@ -23,7 +23,7 @@ from graphfix.onnxio.ir import runtime_compatible
 from graphfix.onnxio.proto import Assembled
 from graphfix.runtime import session as session_mod
 from graphfix.runtime import worker as runtime_worker
-from graphfix.verify.compare import DEFAULT_TOLERANCE, _finite_max_abs, iterations, rounding_floor
+from graphfix.verify.compare import DEFAULT_TOLERANCE, finite_max_abs, iterations, rounding_floor
 from graphfix.verify.inputs import Feeds, nudged_feeds, quiet_polygraphy
 
 
@@ -312,6 +312,6 @@ def noise_floor(model: onnx.ModelProto, feeds: Feeds, baseline: RunResults, coun
         for name in base:
             ref = np.asarray(base[name])
             if ref.dtype.kind == "f" and name in runs[k]:
-                moved = max(_finite_max_abs(ref, np.asarray(runs[k][name])), _finite_max_abs(ref, np.asarray(runs[n + k][name])))
+                moved = max(finite_max_abs(ref, np.asarray(runs[k][name])), finite_max_abs(ref, np.asarray(runs[n + k][name])))
                 floor[name] = max(floor.get(name, 0.0), moved)
     return floor

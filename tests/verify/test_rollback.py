@@ -17,7 +17,7 @@ from graphfix.graph import to_graph, to_model
 from graphfix.graph.edits import EditLog
 from graphfix.onnxio.ir import runtime_compatible
 from graphfix.onnxio.validate import checker_problem, declared_shapes, relaxed_problem
-from graphfix.pipeline.manager import _run_passes
+from graphfix.pipeline.manager import run_passes
 from graphfix.pipeline.settings import Settings
 from graphfix.report.model import Report
 from graphfix.verify import regions as regions_mod
@@ -30,7 +30,7 @@ MODELS += [(f"real/{p.stem}", p, {}) for p in REAL]
 
 
 def _all_passes(graph, log: EditLog) -> None:
-    _run_passes(graph, registry.select("all", ()), Settings(), log, Report(None, None, {}), lambda what: None)
+    run_passes(graph, registry.select("all", ()), Settings(), log, Report(None, None, {}), lambda what: None)
 
 
 def _feeds(model: onnx.ModelProto, shapes):
