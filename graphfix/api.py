@@ -17,6 +17,7 @@ from graphfix.onnxio.load import load_model
 from graphfix.onnxio.save import save_model
 from graphfix.onnxio.validate import check_graph
 from graphfix.passes.base import Pass
+from graphfix.pipeline import load_checks
 from graphfix.pipeline import run as run_mod
 from graphfix.pipeline import settings as settings_mod
 from graphfix.report import writer as writer_mod
@@ -158,26 +159,37 @@ def fix(
         runtime_worker.start()
     if progress is not None:
         progress("loading the model")
-    if isinstance(model, onnx.ModelProto):
-        check_graph(model, "<model>")
-    else:
-        model = load_model(model)
-    inputs = _check_inputs(model, inputs, inputs_file, verify, [*_shape_sets(input_shapes), *_shape_sets(fix_shapes)],
-                           iterations, source)
-    settings = settings_mod.Settings(
-        passes=passes if isinstance(passes, str) else tuple(passes), skip=tuple(skip), trt=trt,
-        force=tuple(force), verify=verify, verify_each=verify_each, strict=strict, atol=atol, rtol=rtol, seed=seed,
-        iterations=iterations, input_shapes=_shape_sets(input_shapes),
-        profile_shapes=_shape_sets(list(profile_shapes)), val_range=dict(val_range or {}), feeds=inputs,
-        fix_shapes={k: tuple(int(d) for d in v) for k, v in (fix_shapes or {}).items()}, simplify=simplify,
-        max_memory=options.parse_memory(max_memory),
-        base_dir=None if source is None else str(Path(source).resolve().parent),
-    )
+    # onnx.checker at load, or (a big graph) in the worker beside the load and the import, when
+    # nothing else needs the worker before the import (onnxsim and the --fix-shapes run do)
+    pending = load_checks.LoadChecks("<model>" if source is None else str(Path(source)), offload=not (simplify or fix_shapes))
     try:
+        if isinstance(model, onnx.ModelProto):
+            check_graph(model, pending.where, checker=False, early=pending.submit)
+        else:
+            model = load_model(model, checker=False, early=pending.submit)
+        checks = pending.loaded(model)
+    except BaseException:
+        pending.cancel()
+        raise
+    try:
+        inputs = _check_inputs(model, inputs, inputs_file, verify, [*_shape_sets(input_shapes), *_shape_sets(fix_shapes)],
+                               iterations, source)
+        settings = settings_mod.Settings(
+            passes=passes if isinstance(passes, str) else tuple(passes), skip=tuple(skip), trt=trt,
+            force=tuple(force), verify=verify, verify_each=verify_each, strict=strict, atol=atol, rtol=rtol, seed=seed,
+            iterations=iterations, input_shapes=_shape_sets(input_shapes),
+            profile_shapes=_shape_sets(list(profile_shapes)), val_range=dict(val_range or {}), feeds=inputs,
+            fix_shapes={k: tuple(int(d) for d in v) for k, v in (fix_shapes or {}).items()}, simplify=simplify,
+            max_memory=options.parse_memory(max_memory),
+            base_dir=None if source is None else str(Path(source).resolve().parent),
+        )
         with runtime_worker.time_budget(timeout):
-            outcome = run_mod.run(model, settings, source, None if output is None else str(output), progress)
-    except OnnxruntimeDied as exc:
-        exc.path = exc.path or source
+            outcome = run_mod.run(model, settings, source, None if output is None else str(output), progress, checks)
+    except BaseException as exc:
+        if isinstance(exc, OnnxruntimeDied):
+            exc.path = exc.path or source
+        if checks is not None:
+            checks.after_failure(exc)  # load_model's order: the checker's complaint first
         raise
     outcome.base_dir = settings.base_dir
     _describe_inputs(outcome.report, model, outcome.feeds, loaded=inputs is not None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+from collections.abc import Callable
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -13,6 +14,7 @@ from graphfix.graph.build import stored
 from graphfix.graph.edits import bodies, live_nodes, outer_reads
 from graphfix.graph.importer import all_graphs, fingerprint, import_typed
 from graphfix.graph.infer import complete
+from graphfix.onnxio.infer import inferred
 from graphfix.onnxio.ir import default_opset
 from graphfix.onnxio.proto import Assembled, copy_fields, weightless
 
@@ -20,10 +22,8 @@ from graphfix.onnxio.proto import Assembled, copy_fields, weightless
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:
     """Shape/type inference from scratch on the weightless model (no stale value_info)."""
     work = weightless(model)
-    try:
-        return onnx.shape_inference.infer_shapes(work, data_prop=True)
-    except Exception:  # noqa: BLE001 - custom ops or malformed: rewrite with what we know
-        return work
+    found = inferred(work)
+    return work if found is None else found
 
 
 def _prune_and_sort(g: gs.Graph) -> None:
@@ -78,7 +78,8 @@ def _in_order(nodes: list[gs.Node]) -> bool:
     return True
 
 
-def to_graph(model: onnx.ModelProto, freeze: bool = False) -> gs.Graph:
+def to_graph(model: onnx.ModelProto, freeze: bool = False,
+             inference: Callable[[], onnx.ModelProto] | None = None) -> gs.Graph:
     """The model as one typed onnx-graphsurgeon graph. No collections run during the import: it
     creates ~10 objects per node and frees none, so each collection is pure cost, and they grow
     with the heap (a 100k-node import took 5x longer with the collector on).
@@ -86,11 +87,14 @@ def to_graph(model: onnx.ModelProto, freeze: bool = False) -> gs.Graph:
     ``freeze``: move everything allocated so far to the collector's permanent generation
     (``gc.freeze()``; the caller unfreezes) before the collector is back on. Else the first
     allocation after the import scans all of its ~10 objects per node as the youngest generation
-    (0.7 s of a 100k-node import, bench/scale.py) only to find every one of them alive."""
+    (0.7 s of a 100k-node import, bench/scale.py) only to find every one of them alive.
+
+    ``inference``: the model after shape inference, asked once the nodes are built (default:
+    :func:`infer`, here and now)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        graph, sources = import_typed(model, infer(model))
+        graph, sources = import_typed(model, inference or (lambda: infer(model)))
         graph.opset = default_opset(model)
         complete(graph)  # ranks and types where onnx's inference gave up (NonZero -> GatherND at opset 11)
         if freeze:

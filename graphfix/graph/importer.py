@@ -16,7 +16,7 @@ onnx-graphsurgeon skips) take onnx-graphsurgeon's importer and then the typing w
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import onnx
@@ -39,10 +39,16 @@ class _NotCovered(Exception):
 Sources = dict[int, tuple[onnx.NodeProto, tuple, bool]]
 
 
-def import_typed(model: onnx.ModelProto, inferred: onnx.ModelProto) -> tuple[gs.Graph, Sources]:
+#: The inferred value_infos by name, or how to get them once the nodes are built.
+Infos = dict[str, onnx.ValueInfoProto] | Callable[[], dict[str, onnx.ValueInfoProto]]
+
+
+def import_typed(model: onnx.ModelProto, inferred: onnx.ModelProto | Callable[[], onnx.ModelProto]) -> tuple[gs.Graph, Sources]:
     """The model as an onnx-graphsurgeon graph, tensors typed from ``inferred`` (the model after
-    shape inference), and where each node came from."""
-    infos = value_infos(inferred)
+    shape inference), and where each node came from. ``inferred`` may be a callable: it is asked
+    only after the nodes are built, so inference can run elsewhere meanwhile (the worker, on a big
+    graph: graphfix.pipeline.load_checks)."""
+    infos: Infos = functools.cache(lambda: value_infos(inferred())) if callable(inferred) else value_infos(inferred)
     if not model.functions and not model.graph.sparse_initializer:
         try:
             fast = _Import(model, infos)
@@ -60,15 +66,20 @@ def fingerprint(n: gs.Node) -> tuple:
             tuple([(k, id(v)) for k, v in n.attrs.items()]))
 
 
-def gs_import(model: onnx.ModelProto, infos: dict[str, onnx.ValueInfoProto]) -> gs.Graph:
+def gs_import(model: onnx.ModelProto, infos: Infos) -> gs.Graph:
     """onnx-graphsurgeon's importer, then the inferred types: any graph, a walk more."""
     graph = gs.import_onnx(model)
+    infos = _resolved(infos)
     for g in all_graphs(graph):
         for name, t in g.tensors().items():
             vi = infos.get(name)
             if vi is not None and isinstance(t, gs.Variable):
                 _retype(t, vi)
     return graph
+
+
+def _resolved(infos: Infos) -> dict[str, onnx.ValueInfoProto]:
+    return infos() if callable(infos) else infos
 
 
 def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
@@ -203,7 +214,7 @@ _ATTRS = {
 
 
 class _Import:
-    def __init__(self, model: onnx.ModelProto, infos: dict[str, onnx.ValueInfoProto]) -> None:
+    def __init__(self, model: onnx.ModelProto, infos: Infos) -> None:
         self.model, self.infos = model, infos
         self.tensors: dict[str, gs.Tensor] = {}
         self.sources: Sources = {}
@@ -225,8 +236,9 @@ class _Import:
         outputs = [self._declared(vi) for vi in g.output]
         nodes = [self._node(n) for n in g.node]
         seen: dict[bytes, tuple] = {}
+        infos = _resolved(self.infos)
         for name, t in tensors.items():
-            vi = self.infos.get(name)
+            vi = infos.get(name)
             if vi is not None and isinstance(t, gs.Variable):
                 _retype(t, vi, seen)
         # Built empty, then given its nodes: the constructor merges its subgraphs' function lists,

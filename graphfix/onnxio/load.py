@@ -5,6 +5,7 @@ every failure is a GraphfixError naming the file.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -16,8 +17,10 @@ from graphfix.onnxio.paths import read_plan
 from graphfix.onnxio.validate import check_graph
 
 
-def load_model(path: str | os.PathLike) -> onnx.ModelProto:
-    """Read and structurally check a model; every failure is a GraphfixError naming the file."""
+def load_model(path: str | os.PathLike, checker: bool = True,
+               early: Callable[[onnx.ModelProto], None] | None = None) -> onnx.ModelProto:
+    """Read and structurally check a model; every failure is a GraphfixError naming the file.
+    ``checker`` and ``early``: as :func:`~graphfix.onnxio.validate.check_graph`'s."""
     p = Path(path)
     if not p.exists():
         raise GraphfixError("no such file", str(p))
@@ -32,7 +35,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise GraphfixError(f"not a readable ONNX model ({first_line(exc)})", str(p)) from exc
     if not model.graph.node and not model.graph.output:
         raise GraphfixError("not an ONNX model (no graph, no outputs)", str(p))
-    check_graph(model, str(p))
+    check_graph(model, str(p), checker, early)
     return model
 
 

@@ -5,6 +5,7 @@ fields, tensors larger than their data.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -25,35 +26,71 @@ from graphfix.onnxio.proto import (
 )
 
 
-def check_graph(model: onnx.ModelProto, where: str) -> None:
-    """Reject graphs graphfix cannot rewrite safely: unsupported opset, cycles, dangling inputs."""
-    _check_domains(model, where)
+def check_graph(model: onnx.ModelProto, where: str, checker: bool = True,
+                early: Callable[[onnx.ModelProto], None] | None = None) -> None:
+    """Reject graphs graphfix cannot rewrite safely: unsupported opset, cycles, dangling inputs.
+    ``checker=False``: all but onnx.checker, which the caller runs (:func:`reject_checker_problem`),
+    e.g. in graphfix's worker beside the import. ``early``: called once the graph's declared
+    shapes are sane (onnx's inference aborts the process on a negative dim), before the walk over
+    every node: what it starts elsewhere runs meanwhile."""
+    _check_domains(model, where, early)
     opset = default_opset(model)
     newest = onnx.defs.onnx_opset_version()
     if not MIN_OPSET <= opset <= newest:
         raise GraphfixError(f"unsupported opset {opset} (graphfix handles {MIN_OPSET}..{newest})", where)
-    problem = checker_problem(model)
+    if checker:
+        reject_checker_problem(model, where, checker_problem(model))
+
+
+def reject_checker_problem(model: onnx.ModelProto, where: str, problem: str | None) -> None:
     if problem:  # a dangling input or a cycle is named better than the checker's "not sorted"
         raise GraphfixError(f"invalid graph: {structural_problem(model.graph) or problem}", where)
 
 
-def _check(model: onnx.ModelProto, full_check: bool) -> None:
+def checker_input(model: onnx.ModelProto) -> tuple[bytes, bool]:
+    """What onnx.checker is given: the model's bytes, or (above 64 MB, or with external data) the
+    weightless model's with stub external data, to be checked from a file (``True``)."""
+    if not checks_weightless(model):
+        return model.SerializeToString(), False
+    return weightless(model, external_stubs=True).SerializeToString(), True
 
-    if estimated_size(model) <= _CHECK_WEIGHTLESS_ABOVE and not has_external(model):
-        onnx.checker.check_model(model, full_check=full_check)
+
+def checks_weightless(model: onnx.ModelProto) -> bool:
+    """The checker is given the weightless model (a big one: it serializes what it checks)."""
+    return estimated_size(model) > _CHECK_WEIGHTLESS_ABOVE or has_external(model)
+
+
+def checker_input_of_weightless(work: bytes) -> bytes:
+    """:func:`checker_input`'s bytes for a model without external data that :func:`checks_weightless`,
+    from its weightless copy's bytes (what they hold is the same: no weight is in either)."""
+    return weightless(onnx.load_from_string(work), external_stubs=True).SerializeToString()
+
+
+def _check(data: bytes, from_file: bool, full_check: bool) -> None:
+    if not from_file:
+        onnx.checker.check_model(data, full_check=full_check)
         return
     with tempfile.TemporaryDirectory(prefix="graphfix-check-") as d:
         Path(d, _STUB_DATA).touch()
         path = Path(d, "model.onnx")
-        path.write_bytes(weightless(model, external_stubs=True).SerializeToString())
+        path.write_bytes(data)
         onnx.checker.check_model(str(path), full_check=full_check)
 
 
 def checker_problem(model: onnx.ModelProto, full_check: bool = False) -> str | None:
     """onnx.checker's complaint, if any. An op version the standard has since deprecated (opset-18
     GroupNormalization, which exports and onnxruntime use) is not a problem for graphfix."""
+    return _complaint(lambda: _check(*checker_input(model), full_check))
+
+
+def checked_bytes_problem(data: bytes, from_file: bool) -> str | None:
+    """:func:`checker_problem` of what :func:`checker_input` gave (run where the bytes were sent)."""
+    return _complaint(lambda: _check(data, from_file, False))
+
+
+def _complaint(check) -> str | None:
     try:
-        _check(model, full_check)
+        check()
     except UnicodeDecodeError as exc:  # a name or attribute string is not UTF-8 (a corrupt file)
         return f"a name or string is not valid UTF-8 ({first_line(exc)})"
     except Exception as exc:  # noqa: BLE001 - ValidationError, InferenceError, ...
@@ -62,7 +99,7 @@ def checker_problem(model: onnx.ModelProto, full_check: bool = False) -> str | N
     return None
 
 
-def _check_domains(model: onnx.ModelProto, where: str) -> None:
+def _check_domains(model: onnx.ModelProto, where: str, early: Callable[[onnx.ModelProto], None] | None = None) -> None:
     """What onnx.checker lets through but graphfix cannot work on: no standard opset (a model of
     ai.onnx.ml only), negative declared dims, more than protobuf's 2 GiB."""
     bad = _undecodable_field(model)
@@ -73,7 +110,10 @@ def _check_domains(model: onnx.ModelProto, where: str) -> None:
         only = f"only {others}" if others else "its opset_import list is empty"
         raise GraphfixError(f"imports no standard ONNX opset ({only}); graphfix rewrites standard ONNX operators", where)
 
-    problem = _graph_problem(model.graph)
+    problem = _declared_problem(model.graph)
+    if not problem and early is not None:
+        early(model)
+    problem = problem or _graph_problem(model.graph, declared=False)
     if problem:
         raise GraphfixError(f"invalid graph: {problem}", where)
     if estimated_size(model) > paths.MAX_MODEL_BYTES:
@@ -106,12 +146,8 @@ def _undecodable_field(model: onnx.ModelProto) -> str | None:
     return None
 
 
-def _graph_problem(graph: onnx.GraphProto) -> str | None:
-    """One walk over the graph and its subgraphs for what would break graphfix later: a name
-    protobuf could not decode as UTF-8 (it hands back bytes; a corrupt file), a string attribute
-    that is not UTF-8 (the importer decodes them), a declared dimension
-    below 0 (onnx's shape inference aborts the process on those), an initializer or Constant value
-    whose data does not hold prod(dims) elements (numpy's reshape would fail inside a pass)."""
+def _declared_problem(graph: onnx.GraphProto) -> str | None:
+    """The graph's own inputs, outputs and value_info (not its subgraphs'): names, types, dims."""
     for kind, infos in (("input", graph.input), ("output", graph.output), ("value", graph.value_info)):
         for vi in infos:
             if not isinstance(vi.name, str):
@@ -124,6 +160,19 @@ def _graph_problem(graph: onnx.GraphProto) -> str | None:
                     return f"{kind} '{vi.name}' declares an unknown element type ({vi.type.tensor_type.elem_type})"
                 if len(vi.type.tensor_type.shape.dim) > MAX_RANK:
                     return f"{kind} '{vi.name}' declares {len(vi.type.tensor_type.shape.dim)} dimensions (at most {MAX_RANK})"
+    return None
+
+
+def _graph_problem(graph: onnx.GraphProto, declared: bool = True) -> str | None:
+    """One walk over the graph and its subgraphs for what would break graphfix later: a name
+    protobuf could not decode as UTF-8 (it hands back bytes; a corrupt file), a string attribute
+    that is not UTF-8 (the importer decodes them), a declared dimension
+    below 0 (onnx's shape inference aborts the process on those), an initializer or Constant value
+    whose data does not hold prod(dims) elements (numpy's reshape would fail inside a pass).
+    ``declared=False``: the graph's own inputs, outputs and value_info are checked already."""
+    found = _declared_problem(graph) if declared else None
+    if found:
+        return found
     tensors = list(graph.initializer)
     for n in graph.node:
         try:

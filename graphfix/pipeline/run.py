@@ -36,6 +36,7 @@ from graphfix.passes.base import Pass
 from graphfix.pipeline import fix_shapes
 from graphfix.pipeline.checks import _check, check_fixed, trt_summary
 from graphfix.pipeline.feeds import _LazyFeeds
+from graphfix.pipeline.load_checks import LoadChecks
 from graphfix.pipeline.manager import _auto, choose_passes, run_passes, trt_version
 from graphfix.pipeline.settings import Outcome, Settings
 from graphfix.pipeline.steps import _freeze, _simplify
@@ -47,7 +48,10 @@ from graphfix.verify import sessions as sessions_mod
 
 # ---------------------------------------------------------------------------- entry point
 def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, target: str | None = None,
-        progress=None) -> Outcome:
+        progress=None, checks: LoadChecks | None = None) -> Outcome:
+    """``checks``: onnx.checker and shape inference of the model, running in the worker (a big
+    graph, graphfix.pipeline.load_checks): the import takes the inferred types from it, and the
+    checker's verdict, last."""
     start = time.perf_counter()
     trt_version(settings.trt)
     for name in settings.force:
@@ -72,7 +76,10 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     chosen = choose_passes(model, settings, before)
 
     step("importing the graph")
-    graph = to_graph(model, freeze=True)  # with the collector off; it never rescans the imported objects
+    # with the collector off; it never rescans the imported objects
+    graph = to_graph(model, freeze=True, inference=None if checks is None else checks.inferred)
+    if checks is not None:
+        checks.settle()
     try:
         log = EditLog()
         decided = discrete.find(graph) if settings.verify else ([], {})

@@ -43,15 +43,18 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OnnxruntimeDied", "RemoteSession", "RuntimeFailure", "open_session", "describing", "simplify", "time_budget"]
+__all__ = ["OnnxruntimeDied", "Pending", "RemoteSession", "RuntimeFailure", "check_and_infer", "checked_and_inferred", "describing",
+           "open_session", "simplify", "time_budget"]
 
 import numpy as np
 
 from graphfix.errors import GraphfixError, OnnxruntimeDied
+from graphfix.onnxio import infer as infer_mod
+from graphfix.onnxio import validate
 
 #: Seconds one onnxruntime step (making a session, one run on one input set, onnxsim's whole
 #: simplification) may take before graphfix stops it: 30 times the slowest step measured on the
@@ -216,16 +219,30 @@ class _Worker:
         self.sock, self.pid = ours, os.getpid()
         self.closing: list[int] = []
         self.lock = threading.Lock()  # one request at a time, whichever thread asks
+        self.pending: Pending | None = None
 
     def alive(self) -> bool:
         return self.pid == os.getpid() and self.proc.poll() is None
 
     def request(self, message: dict, fds: Sequence[int], what: str) -> tuple[Any, list[int]]:
         """Send, wait for the answer within the budget; a dead or late worker ends the run."""
+        if self.pending is not None and self.pending.open:  # its answer comes first: waiting here would hang
+            raise RuntimeError(f"{what}: the worker's answer to an earlier request was not taken yet")
         with self.lock:
-            return self._request(message, fds, what)
+            return self._exchange(message, fds, what)()
 
-    def _request(self, message: dict, fds: Sequence[int], what: str) -> tuple[Any, list[int]]:
+    def submit(self, message: dict, fds: Sequence[int], what: str) -> Pending:
+        """Send now, take the answer later (:class:`Pending`); the worker serves nobody else meanwhile."""
+        self.lock.acquire()
+        try:
+            self.pending = Pending(self, self._exchange(message, fds, what))
+            return self.pending
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _exchange(self, message: dict, fds: Sequence[int], what: str) -> Callable[[], tuple[Any, list[int]]]:
+        """Send ``message``; the function returned waits for its answer (the budget counts from now)."""
         budget = _BUDGET.get()
         deadline = time.monotonic() + budget
         poller = select.poll()
@@ -238,24 +255,38 @@ class _Worker:
                     raise OnnxruntimeDied(f"onnxruntime did not finish {what} within {budget:g} s "
                                           "(the time budget; --timeout SECONDS sets it)")
 
-        ok = False
+        def died() -> OnnxruntimeDied:
+            return OnnxruntimeDied(f"onnxruntime {self._death()} {what}")
+
+        if self.closing:
+            message = {**message, "close": self.closing}
+            self.closing = []
         try:
-            if self.closing:
-                message = {**message, "close": self.closing}
-                self.closing = []
             _send(self.sock, message, fds)
-            reply, got = _recv(self.sock, wait)
-            ok = True
         except (EOFError, ConnectionError):
-            raise OnnxruntimeDied(f"onnxruntime {self._death()} {what}") from None
-        finally:
-            if not ok:  # interrupted, timed out or dead: its state is unknown
-                self.kill()
-        if "error" in reply:
-            for fd in got:
-                os.close(fd)
-            raise RuntimeFailure(reply["error"])
-        return reply, got
+            self.kill()
+            raise died() from None
+        except BaseException:
+            self.kill()  # interrupted: its state is unknown
+            raise
+
+        def answer() -> tuple[Any, list[int]]:
+            ok = False
+            try:
+                reply, got = _recv(self.sock, wait)
+                ok = True
+            except (EOFError, ConnectionError):
+                raise died() from None
+            finally:
+                if not ok:  # interrupted, timed out or dead: its state is unknown
+                    self.kill()
+            if "error" in reply:
+                for fd in got:
+                    os.close(fd)
+                raise RuntimeFailure(reply["error"])
+            return reply, got
+
+        return answer
 
     def _death(self) -> str:
         try:
@@ -282,6 +313,32 @@ class _Worker:
             self.sock.close()
         if _WORKER is self:
             _WORKER = None
+
+
+class Pending:
+    """A request sent to the worker whose answer is taken later: :meth:`result` once, or
+    :meth:`cancel` (the worker is killed: it may be busy for long, and its answer would be read
+    by the next request); until then no other request is served."""
+
+    def __init__(self, worker: _Worker, answer: Callable[[], tuple[Any, list[int]]]) -> None:
+        self.worker, self.answer, self.open = worker, answer, True
+
+    def result(self) -> tuple[Any, list[int]]:
+        if not self.open:
+            raise RuntimeError("the answer was taken or cancelled")
+        try:
+            return self.answer()
+        finally:
+            self._close()
+
+    def cancel(self) -> None:
+        if self.open:
+            self.worker.kill()
+            self._close()
+
+    def _close(self) -> None:
+        self.open = False
+        self.worker.lock.release()
 
 
 _WORKER: _Worker | None = None
@@ -335,6 +392,10 @@ class RemoteSession:
     def close(self) -> None:
         """Free the session in the worker now (its weights' shared memory with it)."""
         if self.sid is not None and self.worker.alive():
+            if self.worker.pending is not None and self.worker.pending.open:  # said with the next request
+                self.worker.closing.append(self.sid)
+                self.sid = None
+                return
             with self.worker.lock, contextlib.suppress(OSError):
                 _send(self.worker.sock, {"op": "close", "close": [self.sid]})
         self.sid = None
@@ -360,6 +421,27 @@ def open_session(stub: bytes, names: list[str], arrays: list[np.ndarray], base_d
         for fd in fds:
             os.close(fd)
     return RemoteSession(worker, reply["id"], reply["outputs"], label)
+
+
+def check_and_infer(weightless_bytes: bytes, checker: tuple[bytes | None, bool]) -> Pending:
+    """Shape inference of ``weightless_bytes`` and onnx.checker on ``checker`` (the bytes and mode of
+    graphfix.onnxio.validate.checker_input; None: derived from the weightless model's), sent to the
+    worker now; :func:`checked_and_inferred` takes the answer."""
+    data, from_file = checker
+    fds = [pack([("model", np.frombuffer(b, np.uint8))])[0] for b in (weightless_bytes, data) if b is not None]
+    try:
+        return _worker().submit({"op": "check_infer", "from_file": from_file}, fds,
+                                "checking the model (onnx.checker and shape inference)")
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def checked_and_inferred(pending: Pending) -> tuple[str | None, bytes | None]:
+    """The answer of :func:`check_and_infer`: the checker's complaint (None: none) and the inferred
+    model's bytes (None: inference gave up)."""
+    reply, fds = pending.result()
+    return reply["problem"], (_map_bytes(fds[0]) if reply["inferred"] else None)
 
 
 def simplify(model_bytes: bytes) -> bytes:
@@ -408,12 +490,19 @@ def _map_bytes(fd: int) -> bytes:
 
 class _Server:
     def __init__(self) -> None:
-        import onnxruntime as ort
-
-        ort.set_default_logger_severity(4)
-        self.ort = ort
+        self._ort: Any = None
         self.sessions: dict[int, tuple[Any, Any]] = {}
         self.next_id = 0
+
+    @property
+    def ort(self) -> Any:
+        """onnxruntime, imported by the first session (a worker that only checks never needs it)."""
+        if self._ort is None:
+            import onnxruntime as ort
+
+            ort.set_default_logger_severity(4)
+            self._ort = ort
+        return self._ort
 
     def session(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         ort = self.ort
@@ -453,6 +542,17 @@ class _Server:
         simplified, _ = onnxsim.simplify(model, check_n=0)
         fd, _, _ = pack([("model", np.frombuffer(simplified.SerializeToString(), np.uint8))])
         return {}, [fd]
+
+    def check_infer(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        """onnx.checker's verdict and shape inference of a big graph, while the parent imports it."""
+        work = _map_bytes(fds[0])
+        checker = _map_bytes(fds[1]) if len(fds) > 1 else validate.checker_input_of_weightless(work)
+        problem = validate.checked_bytes_problem(checker, msg["from_file"])
+        found = infer_mod.inferred(work)
+        if found is None:
+            return {"problem": problem, "inferred": False}, []
+        fd, _, _ = pack([("model", np.frombuffer(found.SerializeToString(), np.uint8))])
+        return {"problem": problem, "inferred": True}, [fd]
 
     def handle(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]] | None:
         for sid in msg.get("close", ()):

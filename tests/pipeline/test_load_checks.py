@@ -1,0 +1,117 @@
+"""A big graph's onnx.checker and shape inference run in graphfix's worker beside its load and
+import: the same written model, the same refusals in the same order, and the worker free again."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import graphfix
+from graphfix.errors import GraphfixError
+from graphfix.pipeline import load_checks
+from graphfix.runtime import worker as runtime_worker
+from tests.helpers.cli_runs import refused, save
+
+
+def chain(blocks: int = 3) -> onnx.ModelProto:
+    """MatMul -> Clip with a computed bound (Constant -> Cast), which fold-clip rewrites."""
+    nodes, inits, x = [], [], "x"
+    for k in range(blocks):
+        inits.append(numpy_helper.from_array(np.full((4, 4), 0.1 * (k + 1), np.float32), f"w{k}"))
+        nodes += [helper.make_node("MatMul", [x, f"w{k}"], [f"m{k}"], name=f"mm{k}"),
+                  helper.make_node("Constant", [], [f"lo{k}"], value=numpy_helper.from_array(np.array(-1.0, np.float64))),
+                  helper.make_node("Cast", [f"lo{k}"], [f"lof{k}"], to=TensorProto.FLOAT),
+                  helper.make_node("Clip", [f"m{k}", f"lof{k}"], [f"y{k}"], name=f"clip{k}")]
+        x = f"y{k}"
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 4])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """Every graph counts as big; the list holds each request sent to the worker."""
+    calls = []
+    real = runtime_worker.check_and_infer
+
+    def spy(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(load_checks, "OFFLOAD_NODES", 1)
+    monkeypatch.setattr(runtime_worker, "check_and_infer", spy)
+    return calls
+
+
+def _written(src, out, **kwargs) -> bytes:
+    graphfix.fix(str(src), output=str(out), **kwargs)
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_worker_checked_run_writes_the_same_model(verify, sent, monkeypatch, tmp_path):
+    src = save(chain(), tmp_path / "in.onnx")
+    offloaded = _written(src, tmp_path / "a.onnx", verify=verify)
+    assert len(sent) == 1  # the check went to the worker
+    monkeypatch.setattr(load_checks, "OFFLOAD_NODES", 10**9)
+    assert _written(src, tmp_path / "b.onnx", verify=verify) == offloaded
+    assert len(sent) == 1  # and the second run checked here
+    assert "Clip" in {n.op_type for n in onnx.load(str(tmp_path / "a.onnx")).graph.node}
+
+
+def test_weightless_checker_input_is_derived_in_the_worker(sent, monkeypatch, tmp_path):
+    """Above the checker's 64 MB line the worker builds the stub-data model itself."""
+    monkeypatch.setattr(load_checks, "checks_weightless", lambda model: True)
+    src = save(chain(), tmp_path / "in.onnx")
+    graphfix.fix(str(src), output=str(tmp_path / "out.onnx"), verify=False)
+    assert sent[0][1] == (None, True)
+
+
+def _dangling() -> onnx.ModelProto:
+    """A node reads a tensor nothing provides: graphfix's own walk lets it through, the checker does not."""
+    m = chain()
+    m.graph.node[0].input[0] = "nowhere"
+    return m
+
+
+def test_checker_complaint_from_the_worker_reads_as_at_load(sent, monkeypatch, tmp_path, capfd):
+    src = save(_dangling(), tmp_path / "in.onnx")
+    line = refused([src, tmp_path / "out.onnx", "--no-verify"], capfd, tmp_path, ("in.onnx", "reads 'nowhere'"))
+    assert len(sent) == 1
+    monkeypatch.setattr(load_checks, "OFFLOAD_NODES", 10**9)
+    assert refused([src, tmp_path / "out.onnx", "--no-verify"], capfd, tmp_path, "reads 'nowhere'") == line
+
+
+def test_checker_complaint_comes_before_a_later_refusal(sent, tmp_path):
+    """A run refused after the load (here: an unknown pass name is checked at run time by the API's
+    pipeline) says the checker's complaint, as load_model would have first."""
+    with pytest.raises(GraphfixError, match="reads 'nowhere'"):
+        graphfix.fix(_dangling(), passes=[graphfix.passes.get("fold-clip")], trt="no-such-release", verify=False)
+    assert len(sent) == 1
+
+
+def test_load_problem_comes_first_and_frees_the_worker(sent, tmp_path, capfd):
+    m = chain()
+    m.graph.initializer[0].dims[0] = 5  # its data holds 16 elements, not 20
+    src = save(m, tmp_path / "in.onnx")
+    refused([src, tmp_path / "out.onnx", "--no-verify"], capfd, tmp_path, "holds data for a different count")
+    assert len(sent) == 1  # sent before the walk over the nodes found it, and cancelled
+    worker = runtime_worker._WORKER
+    assert worker is None or worker.pending is None or not worker.pending.open
+    good = save(chain(), tmp_path / "good.onnx")
+    graphfix.fix(str(good), output=str(tmp_path / "out.onnx"), verify=True)  # the worker serves again
+
+
+def test_request_while_an_answer_is_pending_is_an_error_not_a_hang(tmp_path):
+    model = chain()
+    pending = runtime_worker.check_and_infer(model.SerializeToString(), (model.SerializeToString(), False))
+    try:
+        with pytest.raises(RuntimeError, match="not taken yet"):
+            runtime_worker.simplify(model.SerializeToString())
+        problem, inferred = runtime_worker.checked_and_inferred(pending)
+        assert problem is None and inferred is not None
+        assert not pending.open
+    finally:
+        pending.cancel()
