@@ -14,7 +14,7 @@ from graphfix.graph.build import stored
 from graphfix.graph.edits import bodies, live_nodes, outer_reads
 from graphfix.graph.importer import all_graphs, fingerprint, import_typed
 from graphfix.graph.infer import complete
-from graphfix.onnxio.infer import inferred
+from graphfix.onnxio.infer import inferred, value_infos
 from graphfix.onnxio.ir import default_opset
 from graphfix.onnxio.proto import Assembled, copy_fields, weightless
 
@@ -79,7 +79,7 @@ def _in_order(nodes: list[gs.Node]) -> bool:
 
 
 def to_graph(model: onnx.ModelProto, freeze: bool = False,
-             inference: Callable[[], onnx.ModelProto] | None = None) -> gs.Graph:
+             infos: Callable[[], dict[str, onnx.ValueInfoProto]] | None = None) -> gs.Graph:
     """The model as one typed onnx-graphsurgeon graph. No collections run during the import: it
     creates ~10 objects per node and frees none, so each collection is pure cost, and they grow
     with the heap (a 100k-node import took 5x longer with the collector on).
@@ -89,12 +89,12 @@ def to_graph(model: onnx.ModelProto, freeze: bool = False,
     allocation after the import scans all of its ~10 objects per node as the youngest generation
     (0.7 s of a 100k-node import, bench/scale.py) only to find every one of them alive.
 
-    ``inference``: the model after shape inference, asked once the nodes are built (default:
-    :func:`infer`, here and now)."""
+    ``infos``: the value_infos shape inference found, asked once the nodes are built (default:
+    :func:`infer`'s, here and then)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        graph, sources = import_typed(model, inference or (lambda: infer(model)))
+        graph, sources = import_typed(model, infos or (lambda: value_infos(infer(model))))
         graph.opset = default_opset(model)
         complete(graph)  # ranks and types where onnx's inference gave up (NonZero -> GatherND at opset 11)
         if freeze:

@@ -26,6 +26,7 @@ from onnx_graphsurgeon.ir.tensor import LazyValues
 from onnx_graphsurgeon.util.misc import SynchronizedList
 
 from graphfix.graph.state import _active, _generation
+from graphfix.onnxio.infer import value_infos
 
 _A = onnx.AttributeProto
 
@@ -43,12 +44,14 @@ Sources = dict[int, tuple[onnx.NodeProto, tuple, bool]]
 Infos = dict[str, onnx.ValueInfoProto] | Callable[[], dict[str, onnx.ValueInfoProto]]
 
 
-def import_typed(model: onnx.ModelProto, inferred: onnx.ModelProto | Callable[[], onnx.ModelProto]) -> tuple[gs.Graph, Sources]:
+def import_typed(model: onnx.ModelProto, inferred: onnx.ModelProto | Callable[[], dict[str, onnx.ValueInfoProto]]) \
+        -> tuple[gs.Graph, Sources]:
     """The model as an onnx-graphsurgeon graph, tensors typed from ``inferred`` (the model after
-    shape inference), and where each node came from. ``inferred`` may be a callable: it is asked
-    only after the nodes are built, so inference can run elsewhere meanwhile (the worker, on a big
-    graph: graphfix.pipeline.load_checks)."""
-    infos: Infos = functools.cache(lambda: value_infos(inferred())) if callable(inferred) else value_infos(inferred)
+    shape inference), and where each node came from. ``inferred`` may be a callable giving its
+    value_infos (:func:`~graphfix.onnxio.infer.value_infos`), asked once, after the nodes are
+    built: inference can run elsewhere meanwhile (the worker, on a big graph:
+    graphfix.pipeline.load_checks)."""
+    infos: Infos = inferred if callable(inferred) else value_infos(inferred)
     if not model.functions and not model.graph.sparse_initializer:
         try:
             fast = _Import(model, infos)
@@ -107,22 +110,6 @@ def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
                             yield from all_graphs(sub)
     if flat and not _active and key == (_generation[0], len(graph.nodes)):
         graph.__dict__["gf_flat"] = key
-
-
-def value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
-    """Every value_info and output of the graph and its subgraphs, by name (the first wins)."""
-    out: dict[str, onnx.ValueInfoProto] = {}
-    _value_infos(model.graph, out)
-    return out
-
-
-def _value_infos(graph: onnx.GraphProto, out: dict[str, onnx.ValueInfoProto]) -> None:
-    for vi in (*graph.value_info, *graph.output):
-        out.setdefault(vi.name, vi)
-    for n in graph.node:
-        for a in n.attribute:
-            for sub in [a.g] if a.HasField("g") else list(a.graphs):
-                _value_infos(sub, out)
 
 
 @functools.cache

@@ -17,6 +17,7 @@ import onnx
 
 from graphfix.errors import GraphfixError, OnnxruntimeDied, first_line
 from graphfix.onnxio.external import has_external
+from graphfix.onnxio.infer import infos_from_bytes, value_infos
 from graphfix.onnxio.proto import weightless
 from graphfix.onnxio.validate import checker_input, checker_problem, checks_weightless, reject_checker_problem
 from graphfix.runtime import worker as runtime_worker
@@ -29,7 +30,7 @@ OFFLOAD_NODES = 20_000
 class LoadChecks:
     """onnx.checker's verdict on a model and the model after shape inference: computed here after
     the load (:meth:`loaded`), or, for a big graph when ``offload``, in the worker from
-    :meth:`submit` on (load_model's ``early`` hook) until the import asks (:meth:`inferred`)."""
+    :meth:`submit` on (load_model's ``early`` hook) until the import asks (:meth:`infos`)."""
 
     def __init__(self, where: str, offload: bool) -> None:
         self.where, self.offload = where, offload
@@ -37,7 +38,7 @@ class LoadChecks:
         self.model: onnx.ModelProto | None = None
         self.work: onnx.ModelProto | None = None
         self.problem: str | None = None
-        self.model_inferred: onnx.ModelProto | None = None
+        self.found: dict[str, onnx.ValueInfoProto] | None = None
 
     def submit(self, model: onnx.ModelProto) -> None:
         if not self.offload or len(model.graph.node) < OFFLOAD_NODES:
@@ -58,12 +59,12 @@ class LoadChecks:
             return None
         return self
 
-    def inferred(self) -> onnx.ModelProto:
-        """The model after shape inference (the weightless model, where inference gave up); raises
-        the checker's complaint first, as load_model would have."""
+    def infos(self) -> dict[str, onnx.ValueInfoProto]:
+        """What shape inference found (:func:`~graphfix.onnxio.infer.value_infos`; the weightless
+        model's own, where inference gave up); raises the checker's complaint first, as load_model would have."""
         self.settle()
-        assert self.model_inferred is not None
-        return self.model_inferred
+        assert self.found is not None
+        return self.found
 
     def settle(self) -> None:
         """Wait for the worker's answer; GraphfixError if the checker rejects the model."""
@@ -74,7 +75,7 @@ class LoadChecks:
             except OnnxruntimeDied as exc:  # onnx's C++ gave up the ghost: in the worker only
                 raise GraphfixError(f"invalid graph: onnx.checker or shape inference failed on it ({first_line(exc)})",
                                     self.where) from None
-            self.model_inferred = self.work if found is None else onnx.load_from_string(found)
+            self.found = value_infos(self.work) if found is None else infos_from_bytes(found)
         reject_checker_problem(self.model, self.where, self.problem)
 
     def after_failure(self, exc: BaseException) -> None:

@@ -77,7 +77,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
 
     step("importing the graph")
     # with the collector off; it never rescans the imported objects
-    graph = to_graph(model, freeze=True, inference=None if checks is None else checks.inferred)
+    graph = to_graph(model, freeze=True, infos=None if checks is None else checks.infos)
     if checks is not None:
         checks.settle()
     try:

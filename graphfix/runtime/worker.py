@@ -438,8 +438,8 @@ def check_and_infer(weightless_bytes: bytes, checker: tuple[bytes | None, bool])
 
 
 def checked_and_inferred(pending: Pending) -> tuple[str | None, bytes | None]:
-    """The answer of :func:`check_and_infer`: the checker's complaint (None: none) and the inferred
-    model's bytes (None: inference gave up)."""
+    """The answer of :func:`check_and_infer`: the checker's complaint (None: none) and what inference
+    found (graphfix.onnxio.infer.infos_to_bytes; None: inference gave up)."""
     reply, fds = pending.result()
     return reply["problem"], (_map_bytes(fds[0]) if reply["inferred"] else None)
 
@@ -551,7 +551,8 @@ class _Server:
         found = infer_mod.inferred(work)
         if found is None:
             return {"problem": problem, "inferred": False}, []
-        fd, _, _ = pack([("model", np.frombuffer(found.SerializeToString(), np.uint8))])
+        infos = infer_mod.infos_to_bytes(infer_mod.value_infos(found))
+        fd, _, _ = pack([("model", np.frombuffer(infos, np.uint8))])
         return {"problem": problem, "inferred": True}, [fd]
 
     def handle(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]] | None:

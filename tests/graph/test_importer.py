@@ -11,7 +11,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphfix.graph.convert import infer
-from graphfix.graph.importer import _Import, _NotCovered, fingerprint, gs_import, import_typed, value_infos
+from graphfix.graph.importer import _Import, _NotCovered, fingerprint, gs_import, import_typed
+from graphfix.onnxio.infer import value_infos
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = sorted((ROOT / "fixtures").rglob("*.onnx"))

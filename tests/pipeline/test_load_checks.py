@@ -10,9 +10,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphfix
 from graphfix.errors import GraphfixError
+from graphfix.graph.convert import infer
+from graphfix.onnxio.infer import infos_from_bytes, value_infos
+from graphfix.onnxio.proto import weightless
 from graphfix.pipeline import load_checks
 from graphfix.runtime import worker as runtime_worker
-from tests.helpers.cli_runs import refused, save
+from tests.helpers.cli_runs import ROOT, refused, save
 
 
 def chain(blocks: int = 3) -> onnx.ModelProto:
@@ -115,3 +118,16 @@ def test_request_while_an_answer_is_pending_is_an_error_not_a_hang(tmp_path):
         assert not pending.open
     finally:
         pending.cancel()
+
+
+@pytest.mark.parametrize("fixture", ["if_inline", "fold_clip"])
+def test_worker_infers_what_inference_here_finds(fixture):
+    """Subgraphs' value_infos included (an If's branches), in the same order, the first name winning."""
+    for path in sorted((ROOT / "fixtures" / fixture).glob("*.onnx"))[:3]:
+        model = onnx.load(str(path))
+        here = value_infos(infer(model))
+        pending = runtime_worker.check_and_infer(weightless(model).SerializeToString(), (model.SerializeToString(), False))
+        _, found = runtime_worker.checked_and_inferred(pending)
+        there = infos_from_bytes(found)
+        assert list(there) == list(here)
+        assert [v.SerializeToString() for v in there.values()] == [v.SerializeToString() for v in here.values()]
