@@ -13,6 +13,8 @@ an abort in onnx's inference is one line, not the end of graphfix.
 
 from __future__ import annotations
 
+import os
+
 import onnx
 
 from graphfix.errors import GraphfixError, OnnxruntimeDied, first_line
@@ -25,6 +27,19 @@ from graphfix.runtime import worker as runtime_worker
 #: Graphs of at least this many nodes are checked in the worker; smaller ones here, at load
 #: (starting the worker, ~0.3 s of a core, would cost more than the overlap saves).
 OFFLOAD_NODES = 20_000
+
+
+#: Model files of at least this size start the worker before they are parsed (its start, ~0.3 s,
+#: then overlaps the parse instead of the checks; a smaller graph is rarely one to offload).
+EARLY_START_BYTES = 64 << 20
+
+
+def likely_offloaded(source: str | None) -> bool:
+    """A file big enough that its checks will likely go to the worker."""
+    try:
+        return source is not None and os.stat(source).st_size >= EARLY_START_BYTES
+    except OSError:
+        return False
 
 
 class LoadChecks:
