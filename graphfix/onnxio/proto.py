@@ -72,10 +72,15 @@ def weightless(model: onnx.ModelProto, external_stubs: bool = False) -> onnx.Mod
         s.name, s.data_type = t.name, t.data_type
         s.dims.extend(t.dims)
         if external_stubs:
-            s.data_location = onnx.TensorProto.EXTERNAL
-            entry = s.external_data.add()
-            entry.key, entry.value = "location", _STUB_DATA
+            mark_stub_external(s)
     return stub
+
+
+def mark_stub_external(stub: onnx.TensorProto) -> None:
+    """Say a data-less stub's data lives in ``_STUB_DATA`` (an empty file the checker finds)."""
+    stub.data_location = onnx.TensorProto.EXTERNAL
+    entry = stub.external_data.add()
+    entry.key, entry.value = "location", _STUB_DATA
 
 
 _T = onnx.TensorProto
