@@ -1,0 +1,34 @@
+"""load_model parses a protobuf file from a memory map of it: the same model as onnx.load, the
+same refusals for files protobuf cannot read."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from graphfix.errors import GraphfixError
+from graphfix.onnxio.load import load_model
+from tests.helpers.cli_runs import ROOT
+
+FIXTURES = sorted((ROOT / "fixtures").rglob("*.onnx"))[::7]
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
+def test_mapped_parse_is_onnx_load(path):
+    assert load_model(path).SerializeToString() == onnx.load(str(path), load_external_data=False).SerializeToString()
+
+
+@pytest.mark.parametrize("data,says", [(b"", "no graph, no outputs"), (b"\x0a\xff\xff", "not a readable ONNX model")])
+def test_empty_and_cut_files_are_refused(data, says, tmp_path):
+    path = tmp_path / "in.onnx"
+    path.write_bytes(data)
+    with pytest.raises(GraphfixError, match=says):
+        load_model(path)
+
+
+def test_cut_model_is_refused(tmp_path):
+    data = (ROOT / "fixtures" / "fold_clip" / "superpoint_descriptor_norm.onnx").read_bytes()
+    path = tmp_path / "in.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(GraphfixError, match="not a readable ONNX model"):
+        load_model(path)
