@@ -4,6 +4,7 @@ fields, tensors larger than their data.
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -187,8 +188,12 @@ def _graph_problem(graph: onnx.GraphProto, declared: bool = True) -> str | None:
         except TypeError:
             bad = next(t for t in (n.name, n.op_type, n.domain, *n.input, *n.output) if not isinstance(t, str))
             return f"a node name or tensor name is not valid UTF-8 ({bad[:40]!r})"
-        for a in n.attribute:
-            if not _utf8(a.s) or not all(_utf8(s) for s in a.strings):
+        attributes = n.attribute
+        if not attributes:
+            continue
+        for a in attributes:
+            value, values = a.s, a.strings
+            if (value and not _utf8(value)) or (values and not all(_utf8(s) for s in values)):
                 return f"attribute '{a.name}' of node '{n.name or n.op_type}' is a string that is not valid UTF-8"
             if a.HasField("t"):
                 tensors.append(a.t)
@@ -198,16 +203,22 @@ def _graph_problem(graph: onnx.GraphProto, declared: bool = True) -> str | None:
                 if found:
                     return found
     for t in tensors:
-        if not isinstance(t.name, str):
-            return f"a tensor name is not valid UTF-8 ({t.name[:40]!r})"
-        if t.data_type not in _ELEMENT_TYPES or t.data_type == _T.UNDEFINED:
-            return f"tensor '{t.name}' has an unknown element type ({t.data_type})"
-        if len(t.dims) > MAX_RANK:
-            return f"tensor '{t.name}' has {len(t.dims)} dimensions (at most {MAX_RANK})"
-        found = _size_problem(t)
+        found = _tensor_problem(t)
         if found:
             return found
     return None
+
+
+def _tensor_problem(t: onnx.TensorProto) -> str | None:
+    """Each field read once (a protobuf read makes a Python object): 50,000 tensors on bench/scale.py."""
+    name, data_type, dims = t.name, t.data_type, t.dims
+    if not isinstance(name, str):
+        return f"a tensor name is not valid UTF-8 ({name[:40]!r})"
+    if data_type not in _ELEMENT_TYPES or data_type == _T.UNDEFINED:
+        return f"tensor '{name}' has an unknown element type ({data_type})"
+    if len(dims) > MAX_RANK:
+        return f"tensor '{name}' has {len(dims)} dimensions (at most {MAX_RANK})"
+    return _size_problem(t, data_type, dims)
 
 
 def _utf8(value: bytes) -> bool:
@@ -219,24 +230,24 @@ def _utf8(value: bytes) -> bool:
     return True
 
 
-def _size_problem(t: onnx.TensorProto) -> str | None:
-    if t.data_location == _T.EXTERNAL or any(d < 0 for d in t.dims):
+def _size_problem(t: onnx.TensorProto, data_type: int, dims) -> str | None:
+    if t.data_location == _T.EXTERNAL or (dims and min(dims) < 0):
         return None  # external sizes are checked against the file; negative dims by onnx.checker
-    count = elements(t)
+    count = math.prod(dims)
     if count > _SIZE_CHECK_LIMIT:
         return None  # reading raw_data copies it; passes never read tensors this big (fold limit)
-    if t.data_type in _FOUR_BIT:
+    if data_type in _FOUR_BIT:
         want, have = ((count + 1) // 2, len(t.raw_data)) if t.HasField("raw_data") else ((count + 1) // 2, len(t.int32_data))
     elif t.HasField("raw_data"):
-        itemsize = _itemsize(t.data_type)
+        itemsize = _itemsize(data_type)
         if itemsize is None:
             return None  # an unknown type is onnx.checker's to report
         want, have = count * itemsize, len(t.raw_data)
     else:
-        field, per = _FIELDS.get(t.data_type, ("int32_data", 1))
+        field, per = _FIELDS.get(data_type, ("int32_data", 1))
         want, have = count * per, len(getattr(t, field))
     if want != have:
-        return f"tensor '{t.name}' has dims {list(t.dims)} ({count} element(s)) but holds data for a different count"
+        return f"tensor '{t.name}' has dims {list(dims)} ({count} element(s)) but holds data for a different count"
     return None
 
 
