@@ -21,6 +21,7 @@ import contextlib
 import contextvars
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,17 +238,71 @@ class Transaction:
 
 def _fill(temp: Path, data: Data, what: str, path: str | os.PathLike) -> None:
     try:
-        with open(temp, "wb") as fh:
+        with open(temp, "wb") as raw, _SyncingWriter(raw) as fh:
             if callable(data):
                 data(fh)
             else:
                 view = memoryview(data)
                 for start in range(0, len(view), COPY_CHUNK):
                     fh.write(view[start:start + COPY_CHUNK])
-            fh.flush()
-            os.fsync(fh.fileno())
+            fh.sync()
     except OSError as exc:
         raise GraphfixError(f"cannot write {what} ({first_line(exc)})", str(path)) from exc
+
+
+#: Bytes written between two background syncs of a file being filled.
+SYNC_EVERY = 64 << 20
+
+
+class _SyncingWriter:
+    """A file being written that reaches the disk as it grows: every :data:`SYNC_EVERY` bytes a
+    thread syncs what is written so far (``fdatasync`` holds no GIL), so the ``fsync`` before the
+    rename waits for the last part only, not for the whole file after the last byte (a 396 MB
+    model: 0.2 s of waiting, bench/scale.py)."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh, self.written, self.synced = fh, 0, 0
+        self.thread: threading.Thread | None = None
+        self.error: OSError | None = None
+
+    def __enter__(self) -> _SyncingWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._join()  # before the file is closed under it
+
+    def __getattr__(self, name: str):  # tell(), fileno(), ... of the file itself
+        return getattr(self.fh, name)
+
+    def write(self, data) -> int:
+        n = self.fh.write(data)
+        self.written += n
+        if self.written - self.synced >= SYNC_EVERY:
+            self.fh.flush()
+            self._join()
+            self.synced = self.written
+            self.thread = threading.Thread(target=self._sync, name="graphfix-sync", daemon=True)
+            self.thread.start()
+        return n
+
+    def _sync(self) -> None:
+        try:
+            os.fdatasync(self.fh.fileno())
+        except OSError as exc:
+            self.error = exc
+
+    def _join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        if self.error is not None:
+            raise self.error
+
+    def sync(self) -> None:
+        """Everything written on the disk (raises what a background sync met)."""
+        self.fh.flush()
+        self._join()
+        os.fsync(self.fh.fileno())
 
 
 def _copy(src: Path, dst: Path) -> None:

@@ -20,6 +20,8 @@ import pytest
 from onnx import numpy_helper
 
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
+from graphfix.errors import GraphfixError
+from graphfix.fs import transaction
 from tests.helpers.cli_runs import IS_ROOT, ROOT, refused, run, save
 
 
@@ -188,3 +190,28 @@ def test_temps_of_dead_runs_are_removed_by_the_next_run(tmp_path, capfd):
     rc, _, err = run([src, tmp_path / "out.onnx", "--quiet"], capfd)
     assert rc == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.onnx", "out.onnx", *kept])
+
+
+def test_big_file_is_synced_as_it_is_written_and_whole(tmp_path, monkeypatch):
+    """Background syncs every SYNC_EVERY bytes (here: every second 700-byte write), then the last
+    one before the rename; the file is the data."""
+    synced = []
+    real = os.fdatasync
+    monkeypatch.setattr(transaction, "SYNC_EVERY", 1000)
+    monkeypatch.setattr(transaction.os, "fdatasync", lambda fd: (synced.append(os.fstat(fd).st_size), real(fd)))
+    data = os.urandom(10_500)
+    target = tmp_path / "out.bin"
+    transaction.write_atomic(target, lambda fh: [fh.write(data[k:k + 700]) for k in range(0, len(data), 700)])
+    assert target.read_bytes() == data
+    assert len(synced) == 7 and synced == sorted(synced) and synced[-1] < len(data)
+
+
+def test_failed_background_sync_is_a_one_line_error_and_writes_nothing(tmp_path, monkeypatch):
+    def broken(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(transaction, "SYNC_EVERY", 1000)
+    monkeypatch.setattr(transaction.os, "fdatasync", broken)
+    with pytest.raises(GraphfixError, match="Input/output error"):
+        transaction.write_atomic(tmp_path / "out.bin", lambda fh: [fh.write(b"x" * 700) for _ in range(5)])
+    assert list(tmp_path.iterdir()) == []
