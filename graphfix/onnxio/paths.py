@@ -22,7 +22,6 @@ external-data file, each report and its polygraphy sidecars, the TensorRT engine
 from __future__ import annotations
 
 import functools
-import mmap
 import os
 import stat
 import tempfile
@@ -36,6 +35,7 @@ import onnx
 
 from graphfix.errors import GraphfixError, first_line
 from graphfix.fs.names import aux_name_bytes, file_kind, writable_target
+from graphfix.onnxio import parse
 from graphfix.onnxio.proto import PROTO_LIMIT, tensor_bytes
 
 #: protobuf cannot parse or serialise a message of 2 GiB or more. A model file, or a model with
@@ -121,10 +121,8 @@ def external_data(path: str | os.PathLike) -> list[ExternalTensor]:
     """Every tensor of the model stored outside it, checked: relative location inside the model's
     folder, an existing regular file, long enough for offset + length. Raises GraphfixError."""
     p = Path(path)
-    if not _mentions_location(p):
-        return []
     try:
-        model = onnx.load(str(p), load_external_data=False)
+        model = parse.parse_for_plan(p)  # kept for load_model: the run parses the file once
     except Exception:  # noqa: BLE001 - an unreadable model is load_model's message to give
         return []
     folder = p.parent
@@ -168,17 +166,6 @@ def external_data(path: str | os.PathLike) -> list[ExternalTensor]:
             raise GraphfixError(f"{where}: {file} is {st.st_size} bytes, the tensor needs bytes {offset}..{end}", str(p))
         found.append(ExternalTensor(name, location, file, offset, length if length is not None else st.st_size - offset))
     return found
-
-
-def _mentions_location(p: Path) -> bool:
-    """Cheap pre-check: an external tensor carries the key "location" (bytes 0a 08 'location').
-    Searched in a memory map (one C-level scan, no copies of the file)."""
-    needle = b"\x0a\x08location"
-    with open(p, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size < len(needle):
-            return False
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            return view.find(needle) >= 0
 
 
 def _external_tensors(model: onnx.ModelProto) -> Iterable[onnx.TensorProto]:

@@ -6,8 +6,11 @@ from __future__ import annotations
 import onnx
 import pytest
 
+import graphfix
 from graphfix.errors import GraphfixError
+from graphfix.onnxio import parse as parse_mod
 from graphfix.onnxio.load import load_model
+from graphfix.onnxio.paths import read_plan
 from tests.helpers.cli_runs import ROOT
 
 FIXTURES = sorted((ROOT / "fixtures").rglob("*.onnx"))[::7]
@@ -32,3 +35,29 @@ def test_cut_model_is_refused(tmp_path):
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(GraphfixError, match="not a readable ONNX model"):
         load_model(path)
+
+
+def _counting(monkeypatch) -> list:
+    calls = []
+    real = parse_mod.parse
+    monkeypatch.setattr(parse_mod, "parse", lambda p: (calls.append(p), real(p))[1])
+    return calls
+
+
+def test_planned_run_parses_the_file_once(tmp_path, monkeypatch):
+    src = tmp_path / "in.onnx"
+    src.write_bytes((ROOT / "fixtures" / "fold_clip" / "superpoint_descriptor_norm.onnx").read_bytes())
+    calls = _counting(monkeypatch)
+    graphfix.fix(str(src), output=str(tmp_path / "out.onnx"), verify=False)
+    assert calls == [src]
+
+
+def test_file_changed_after_planning_is_parsed_again(tmp_path, monkeypatch):
+    fixtures = sorted((ROOT / "fixtures" / "fold_clip").glob("*.onnx"))
+    src = tmp_path / "in.onnx"
+    src.write_bytes(fixtures[0].read_bytes())
+    calls = _counting(monkeypatch)
+    read_plan(src)
+    src.write_bytes(fixtures[1].read_bytes())
+    assert load_model(src).SerializeToString() == onnx.load(str(fixtures[1])).SerializeToString()
+    assert len(calls) == 2
