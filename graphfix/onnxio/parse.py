@@ -1,5 +1,5 @@
-"""Parsing a model file, once a run: planning it parses the file (to see its external data) and
-keeps the model for load_model, which would parse the same bytes again.
+"""Parsing a model file, once a run: planning a model with external data parses it (to check
+where its tensors live) and keeps the model for load_model, which would parse the same bytes again.
 """
 
 from __future__ import annotations

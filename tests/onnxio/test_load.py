@@ -11,7 +11,7 @@ from graphfix.errors import GraphfixError
 from graphfix.onnxio import parse as parse_mod
 from graphfix.onnxio.load import load_model
 from graphfix.onnxio.paths import read_plan
-from tests.helpers.cli_runs import ROOT
+from tests.helpers.cli_runs import ROOT, external_model
 
 FIXTURES = sorted((ROOT / "fixtures").rglob("*.onnx"))[::7]
 
@@ -44,20 +44,23 @@ def _counting(monkeypatch) -> list:
     return calls
 
 
-def test_planned_run_parses_the_file_once(tmp_path, monkeypatch):
-    src = tmp_path / "in.onnx"
-    src.write_bytes((ROOT / "fixtures" / "fold_clip" / "superpoint_descriptor_norm.onnx").read_bytes())
+@pytest.mark.parametrize("external", [False, True])
+def test_planned_run_parses_the_file_once(external, tmp_path, monkeypatch):
+    """A model with external data is parsed to plan the run and not again to load it."""
+    src = external_model(tmp_path / "m") if external else tmp_path / "in.onnx"
+    if not external:
+        src.write_bytes((ROOT / "fixtures" / "fold_clip" / "superpoint_descriptor_norm.onnx").read_bytes())
     calls = _counting(monkeypatch)
     graphfix.fix(str(src), output=str(tmp_path / "out.onnx"), verify=False)
     assert calls == [src]
 
 
 def test_file_changed_after_planning_is_parsed_again(tmp_path, monkeypatch):
-    fixtures = sorted((ROOT / "fixtures" / "fold_clip").glob("*.onnx"))
-    src = tmp_path / "in.onnx"
-    src.write_bytes(fixtures[0].read_bytes())
+    src = external_model(tmp_path / "m")
     calls = _counting(monkeypatch)
     read_plan(src)
-    src.write_bytes(fixtures[1].read_bytes())
-    assert load_model(src).SerializeToString() == onnx.load(str(fixtures[1])).SerializeToString()
+    changed = onnx.load(str(src), load_external_data=False)
+    changed.producer_name = "changed after planning"
+    src.write_bytes(changed.SerializeToString())
+    assert load_model(src).producer_name == "changed after planning"
     assert len(calls) == 2
