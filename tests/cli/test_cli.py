@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import shutil
@@ -14,6 +15,7 @@ import pytest
 
 from fixtures.recipes import fold_clip
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
+from graphfix.cli import fix as fix_cli
 from graphfix.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -237,3 +239,16 @@ def test_several_models_into_an_out_dir(tmp_path, capsys):
     assert "would collide" in capsys.readouterr().err
     assert main([str(good), "--out-dir", str(tmp_path / "nope")]) == 2
     assert main([str(good)]) == 2 and "expected IN OUT" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_collector_is_off_while_the_files_are_written_and_on_after(batch, tmp_path, monkeypatch):
+    """The CLI writes its files with the collector off (a collection would scan the whole graph
+    only to free what the exit frees), and an in-process caller gets it back on."""
+    seen = []
+    real = fix_cli.save_model
+    monkeypatch.setattr(fix_cli, "save_model", lambda *a, **k: (seen.append(gc.isenabled()), real(*a, **k))[1])
+    src = ROOT / "fixtures" / "fold_clip" / "superpoint_descriptor_norm.onnx"
+    args = [src, "--out-dir", tmp_path] if batch else [src, tmp_path / "out.onnx"]
+    assert main([str(a) for a in [*args, "--no-verify", "--quiet"]]) == 0
+    assert seen == [False] and gc.isenabled()
