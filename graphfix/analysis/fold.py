@@ -59,7 +59,7 @@ class Folder:
             if k in memo:
                 stack.pop()
                 continue
-            producer = self._producer(t)
+            producer = t.inputs[0] if isinstance(t, gs.Variable) and t.inputs else None  # _producer, inlined
             if k not in expanded:
                 expanded.add(k)
                 pending = [i for i in _deps(producer) if id(i) not in memo and not isinstance(i, gs.Constant)]
@@ -183,7 +183,9 @@ def _loaded(c: gs.Constant) -> np.ndarray:
         dtype = _PLAIN_RAW.get(t.data_type)
         if dtype is not None and t.HasField("raw_data") and not t.HasField("segment") \
                 and t.data_location != onnx.TensorProto.EXTERNAL:
-            c._values = np.frombuffer(t.raw_data, dtype=dtype).reshape(t.dims).copy()
+            values = np.frombuffer(t.raw_data, dtype=dtype).reshape(t.dims).copy()
+            c.__dict__["_values"] = values  # what the ``values`` setter does, without Tensor.__setattr__
+            return values
     return c.values
 
 
