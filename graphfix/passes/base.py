@@ -31,7 +31,7 @@ import onnx_graphsurgeon as gs
 from graphfix.analysis.fold import Folder
 from graphfix.graph import Builder, to_graph, to_model
 from graphfix.graph.build import Skip
-from graphfix.graph.edits import Edit, EditLog, live_nodes
+from graphfix.graph.edits import Edit, EditLog, live_nodes, nodes_of
 from graphfix.graph.importer import all_graphs
 from graphfix.trt.support import describe_range
 from graphfix.trt.versions import TrtVersion, VersionRange
@@ -221,7 +221,7 @@ class Pass:
         for g in list(all_graphs(graph)):
             g.opset = graph.opset
             ctx = Context(g, Builder(g, self.name, shared), Folder(g), None if force else trt, force)
-            typed = [n for n in g.nodes if n.op in self.ops]
+            typed = nodes_of(g, self.ops)
             if not typed:
                 continue
             live = live_nodes(g)  # a node an earlier pass replaced stays in g.nodes until cleanup: skip it

@@ -19,7 +19,7 @@ from graphfix.analysis.fold import Folder
 from graphfix.check.findings import BLOCKING, check_model, check_nodes, passes_for
 from graphfix.errors import GraphfixError, first_line
 from graphfix.graph import Builder
-from graphfix.graph.edits import EditLog, live_nodes
+from graphfix.graph.edits import EditLog, drop_op_index, index_ops, live_nodes, nodes_of
 from graphfix.graph.importer import all_graphs
 from graphfix.passes.base import Context, Pass
 from graphfix.pipeline.settings import Settings, StrictFailure
@@ -71,7 +71,7 @@ def _ensure(p: Pass, graph: gs.Graph, trt: TrtVersion | None, force: bool, skipp
     for g in all_graphs(graph):
         g.opset = graph.opset
         ctx = Context(g, Builder(g, "ensure"), Folder(g), None if force else trt, force)
-        left = [n for n in g.nodes if n.op in p.ops and (n.name or n.op) not in skipped and p.match(n, ctx)]
+        left = [n for n in nodes_of(g, p.ops) if (n.name or n.op) not in skipped and p.match(n, ctx)]
         if left:  # replaced nodes stay in g.nodes until export: only live ones count
             live = live_nodes(g)
             left = [n for n in left if id(n) in live]
@@ -82,8 +82,13 @@ def _ensure(p: Pass, graph: gs.Graph, trt: TrtVersion | None, force: bool, skipp
 
 def op_counts(graph: gs.Graph) -> Counter:
     """How many nodes of each op type the graph and its bodies hold (a pass whose ops are absent is
-    skipped without a scan; counts only grow, as replaced nodes stay until cleanup)."""
-    return Counter(n.op for g in all_graphs(graph) for n in g.nodes)
+    skipped without a scan; counts only grow, as replaced nodes stay until cleanup). Counted from
+    each graph's :func:`index_ops`, which the passes before the first edit then read their nodes
+    from (run_passes drops it at its end)."""
+    counts: Counter = Counter()
+    for g in all_graphs(graph):
+        counts.update({op: len(nodes) for op, nodes in index_ops(g).items()})
+    return counts
 
 
 #: Rounds of the pass list at most: a pass may emit what an earlier pass rewrites (cumsum-decompose's
@@ -104,23 +109,27 @@ def run_passes(graph: gs.Graph, chosen: list[Pass], settings: Settings, log: Edi
     counts = op_counts(graph)
     records: dict[str, PassRecord] = {}
     todo = chosen
-    for _round in range(MAX_ROUNDS):
-        mark = len(log.edits)
-        for p in todo:
-            record = records.get(p.name)
-            if record is None:
-                record = PassRecord(p.name, UNCHANGED)
-            _run_pass(p, graph, record, settings, trt, signature, counts, log, step, after_pass)
-            if p.name not in records and (_round == 0 or record.matched or record.verdict != UNCHANGED):
-                records[p.name] = record  # a later round's pass is listed only when it found something
-                report.passes.append(record)
-        added = {n.op for e in log.edits[mark:] if not e.undone for n in e.added}
-        todo = [p for p in (registry.select("all", settings.skip) if _auto(settings) else chosen) if p.ops & added]
-        if not todo:
-            break
-    else:
-        report.notes.append(f"passes still rewrote after {MAX_ROUNDS} rounds ({', '.join(p.name for p in todo)}): "
-                            "a second graphfix run may change the output again")
+    try:
+        for _round in range(MAX_ROUNDS):
+            mark = len(log.edits)
+            for p in todo:
+                record = records.get(p.name)
+                if record is None:
+                    record = PassRecord(p.name, UNCHANGED)
+                _run_pass(p, graph, record, settings, trt, signature, counts, log, step, after_pass)
+                if p.name not in records and (_round == 0 or record.matched or record.verdict != UNCHANGED):
+                    records[p.name] = record  # a later round's pass is listed only when it found something
+                    report.passes.append(record)
+            added = {n.op for e in log.edits[mark:] if not e.undone for n in e.added}
+            todo = [p for p in (registry.select("all", settings.skip) if _auto(settings) else chosen) if p.ops & added]
+            if not todo:
+                break
+        else:
+            report.notes.append(f"passes still rewrote after {MAX_ROUNDS} rounds ({', '.join(p.name for p in todo)}): "
+                                "a second graphfix run may change the output again")
+    finally:  # an export sorts the nodes without an edit: the index holds for this run only
+        for g in all_graphs(graph):
+            drop_op_index(g)
     return _undo_new_blockers(graph, log, report, settings.trt) if trt is not None else 0
 
 
