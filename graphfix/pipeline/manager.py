@@ -198,7 +198,9 @@ def _collector_paused() -> Iterator[None]:
     collection during it scanned them only to find them alive, and every later collection (the
     export's) scanned them again. bench/scale.py, 100k nodes: 360 collections, 2 of them full,
     0.14 s of the passes' 1.3 s. (Not ``gc.get_freeze_count()`` to ask whether the import was
-    frozen: it counts the frozen objects one by one, 45 ms there.)"""
+    frozen: it counts the frozen objects one by one, 45 ms there.) Reference cycles a pass drops
+    are frozen too, freed at the run's end instead of sooner: a young collection before freezing
+    found none on bench/scale.py and cost 60 ms; verified runs kept their peak memory."""
     if not gc.isenabled():
         yield
         return
