@@ -106,9 +106,9 @@ def reaches_shape_input(start: gs.Tensor, through: frozenset[str] = frozenset())
             continue
         seen.add(id(t))
         for consumer in t.outputs:
-            for k, inp in enumerate(consumer.inputs):
-                if inp is t and k in SHAPE_INPUTS.get(consumer.op, ()):
-                    return True
+            shape_inputs = SHAPE_INPUTS.get(consumer.op)  # most consumers have none: no walk over their inputs
+            if shape_inputs is not None and any(inp is t and k in shape_inputs for k, inp in enumerate(consumer.inputs)):
+                return True
             if consumer.op in SHAPE_OPS or consumer.op in through:
                 stack.extend(consumer.outputs)
     return False

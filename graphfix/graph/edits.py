@@ -115,6 +115,39 @@ def live_nodes(graph: gs.Graph) -> set[int]:
     return live
 
 
+def index_ops(graph: gs.Graph) -> dict[str, list[gs.Node]]:
+    """``graph``'s nodes by op type, each list in graph order, left on the graph for its state
+    (the edit generation and node count): until the next edit, :func:`nodes_of` answers from it
+    instead of a scan. The pass manager builds it where it counts op types before the passes and
+    drops it after them (an export sorts the nodes without an edit). On bench/scale.py the two
+    passes that look at its 25,000 Clips before the first rewrite each scanned 100k nodes (30 ms)."""
+    index: dict[str, list[gs.Node]] = {}
+    for n in graph.nodes:
+        same = index.get(n.op)
+        if same is None:
+            index[n.op] = [n]
+        else:
+            same.append(n)
+    if not _active:
+        graph.__dict__["gf_ops"] = ((_generation[0], len(graph.nodes)), index)
+    return index
+
+
+def nodes_of(graph: gs.Graph, ops: frozenset[str]) -> list[gs.Node]:
+    """The nodes of ``graph`` of these op types, in graph order: from :func:`index_ops`'s index
+    while it holds for the graph's state and at most one of the types is present, else a scan."""
+    cached = graph.__dict__.get("gf_ops")
+    if cached is not None and cached[0] == (_generation[0], len(graph.nodes)) and not _active:
+        present = [cached[1][op] for op in ops if op in cached[1]]
+        if len(present) <= 1:
+            return list(present[0]) if present else []
+    return [n for n in graph.nodes if n.op in ops]
+
+
+def drop_op_index(graph: gs.Graph) -> None:
+    graph.__dict__.pop("gf_ops", None)
+
+
 def _live_nodes(graph: gs.Graph) -> set[int]:
     # Walks nodes, not tensors: a tensor read twice is looked at twice, but no set of tensors is kept.
     live: set[int] = set()

@@ -45,7 +45,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     lo, hi = bounds
     constant = all(b is None or v is not None for b, v in zip(bounds, folded, strict=True))
 
-    if constant and not _is_integer(x) and lo is not None:
+    if constant and not (dtype is not None and dtype.kind in "iu") and lo is not None:  # _is_integer(x), typed once
         # Still a Clip (TensorRT's fused activation): scalar initializer bounds, trailing empty dropped.
         new_inputs = [x, ctx.builder.const(folded[0], hint="min")]
         if hi is not None:

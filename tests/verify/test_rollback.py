@@ -4,6 +4,7 @@ checker, runs in onnxruntime where the original runs, and on which every pass st
 
 from __future__ import annotations
 
+import gc
 import random
 from collections import Counter
 from pathlib import Path
@@ -31,6 +32,7 @@ MODELS += [(f"real/{p.stem}", p, {}) for p in REAL]
 
 def _all_passes(graph, log: EditLog) -> None:
     run_passes(graph, registry.select("all", ()), Settings(), log, Report(None, None, {}), lambda what: None)
+    gc.unfreeze()  # the passes' objects are frozen: their caller unfreezes (pipeline.run does)
 
 
 def _feeds(model: onnx.ModelProto, shapes):
