@@ -155,8 +155,10 @@ def fix(
     source = None if isinstance(model, onnx.ModelProto) else str(model)
     inputs_file = None if inputs is None or isinstance(inputs, list | tuple) else str(inputs)
     paths.plan_fix(source, output, load_inputs=inputs_file)
-    if verify or simplify or load_checks.likely_offloaded(source):  # the worker starts while this process loads the model
+    if verify or simplify:  # the worker imports onnxruntime while this process loads the model
         runtime_worker.start()
+    else:
+        load_checks.start_early(source)
     if progress is not None:
         progress("loading the model")
     # onnx.checker at load, or (a big graph) in the worker beside the load and the import, when

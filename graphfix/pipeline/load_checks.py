@@ -34,12 +34,14 @@ OFFLOAD_NODES = 20_000
 EARLY_START_BYTES = 64 << 20
 
 
-def likely_offloaded(source: str | None) -> bool:
-    """A file big enough that its checks will likely go to the worker."""
+def start_early(source: str | None) -> None:
+    """Start the worker now for a file big enough that its checks will likely go there (best
+    effort: without a worker they run here)."""
     try:
-        return source is not None and os.stat(source).st_size >= EARLY_START_BYTES
+        if source is not None and os.stat(source).st_size >= EARLY_START_BYTES:
+            runtime_worker.start()
     except OSError:
-        return False
+        pass
 
 
 class LoadChecks:
@@ -64,8 +66,11 @@ class LoadChecks:
             work_bytes = work.SerializeToString()
         except Exception:  # noqa: BLE001 - the checker, here, says what is wrong with it
             return
+        try:
+            self.pending = runtime_worker.check_and_infer(work_bytes, checker)
+        except (OSError, OnnxruntimeDied):  # no worker to be had: the checks run here, after the load
+            return
         self.model, self.work = model, work
-        self.pending = runtime_worker.check_and_infer(work_bytes, checker)
 
     def loaded(self, model: onnx.ModelProto) -> LoadChecks | None:
         """After ``load_model(..., checker=False)``: the checker's verdict now, unless the worker has it."""

@@ -131,3 +131,16 @@ def test_worker_infers_what_inference_here_finds(fixture):
         there = infos_from_bytes(found)
         assert list(there) == list(here)
         assert [v.SerializeToString() for v in there.values()] == [v.SerializeToString() for v in here.values()]
+
+
+def test_without_a_worker_the_checks_run_here(sent, monkeypatch, tmp_path, capfd):
+    """A worker that cannot be started (no processes left) costs the overlap, not the run."""
+    def no_process(*args, **kwargs):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    runtime_worker.shutdown()
+    monkeypatch.setattr(runtime_worker.subprocess, "Popen", no_process)
+    src = save(chain(), tmp_path / "in.onnx")
+    graphfix.fix(str(src), output=str(tmp_path / "out.onnx"), verify=False)
+    assert len(sent) == 1 and (tmp_path / "out.onnx").exists()
+    refused([save(_dangling(), tmp_path / "bad.onnx"), tmp_path / "out2.onnx", "--no-verify"], capfd, tmp_path, "reads 'nowhere'")
