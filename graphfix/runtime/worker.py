@@ -226,7 +226,8 @@ class _Worker:
 
     def request(self, message: dict, fds: Sequence[int], what: str) -> tuple[Any, list[int]]:
         """Send, wait for the answer within the budget; a dead or late worker ends the run."""
-        if self.pending is not None and self.pending.open:  # its answer comes first: waiting here would hang
+        if self.pending is not None and self.pending.open and self.pending.thread == threading.get_ident():
+            # this thread's earlier request holds the worker until its answer is taken: waiting would hang
             raise RuntimeError(f"{what}: the worker's answer to an earlier request was not taken yet")
         with self.lock:
             return self._exchange(message, fds, what)()
@@ -322,6 +323,7 @@ class Pending:
 
     def __init__(self, worker: _Worker, answer: Callable[[], tuple[Any, list[int]]]) -> None:
         self.worker, self.answer, self.open = worker, answer, True
+        self.thread = threading.get_ident()  # other threads wait for the worker, as for any request
 
     def result(self) -> tuple[Any, list[int]]:
         if not self.open:
@@ -392,7 +394,8 @@ class RemoteSession:
     def close(self) -> None:
         """Free the session in the worker now (its weights' shared memory with it)."""
         if self.sid is not None and self.worker.alive():
-            if self.worker.pending is not None and self.worker.pending.open:  # said with the next request
+            pending = self.worker.pending
+            if pending is not None and pending.open and pending.thread == threading.get_ident():  # said with the next request
                 self.worker.closing.append(self.sid)
                 self.sid = None
                 return

@@ -3,6 +3,8 @@ import: the same written model, the same refusals in the same order, and the wor
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import onnx
 import pytest
@@ -144,3 +146,17 @@ def test_without_a_worker_the_checks_run_here(sent, monkeypatch, tmp_path, capfd
     graphfix.fix(str(src), output=str(tmp_path / "out.onnx"), verify=False)
     assert len(sent) == 1 and (tmp_path / "out.onnx").exists()
     refused([save(_dangling(), tmp_path / "bad.onnx"), tmp_path / "out2.onnx", "--no-verify"], capfd, tmp_path, "reads 'nowhere'")
+
+
+def test_another_threads_request_waits_for_the_answer_then_runs():
+    model = chain()
+    pending = runtime_worker.check_and_infer(model.SerializeToString(), (model.SerializeToString(), False))
+    done = []
+    other = threading.Thread(target=lambda: done.append(
+        runtime_worker.open_session(model.SerializeToString(), [], [], None, True).run_named({"x": np.ones((1, 4), np.float32)})))
+    other.start()
+    other.join(0.5)
+    assert other.is_alive() and not done  # waiting for the worker, not refused
+    runtime_worker.checked_and_inferred(pending)
+    other.join(60)
+    assert len(done) == 1 and list(done[0]) == ["y2"]
