@@ -160,3 +160,13 @@ def test_another_threads_request_waits_for_the_answer_then_runs():
     runtime_worker.checked_and_inferred(pending)
     other.join(60)
     assert len(done) == 1 and list(done[0]) == ["y2"]
+
+
+def test_worker_dying_on_the_checks_is_one_line(sent, tmp_path):
+    """onnx's C++ aborting in the worker (here: the worker killed) ends the run with one line."""
+    checks = load_checks.LoadChecks(str(tmp_path / "in.onnx"), offload=True)
+    checks.submit(chain())
+    runtime_worker._WORKER.proc.kill()
+    with pytest.raises(GraphfixError, match="onnx.checker or shape inference failed on it .*SIGKILL"):
+        checks.infos()
+    assert not checks.pending.open
