@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import onnx
@@ -93,17 +94,10 @@ def to_graph(model: onnx.ModelProto, freeze: bool = False,
 
     ``infos``: the value_infos shape inference found, asked once the nodes are built (default:
     :func:`infer`'s, here and then)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_off(freeze):
         graph, sources = import_typed(model, infos or (lambda: value_infos(infer(model))))
         graph.opset = default_opset(model)
         complete(graph)  # ranks and types where onnx's inference gave up (NonZero -> GatherND at opset 11)
-        if freeze:
-            gc.freeze()
-    finally:
-        if enabled:
-            gc.enable()
     # What each imported node looked like, and its proto: export reuses the proto of every node
     # no pass touched (onnx-graphsurgeon re-creates all of them, most of an export's time).
     graph.gf_source = (model, sources)
@@ -118,7 +112,28 @@ def to_model(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto:
 
 def to_parts(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto | Assembled:
     """:func:`to_model`, with the template's unchanged initializers not copied into a new model
-    (an :class:`~graphfix.onnxio.load.Assembled` model) when the graph came from ``template``."""
+    (an :class:`~graphfix.onnxio.load.Assembled` model) when the graph came from ``template``.
+    No collections run during it: it makes a proto per new node and tensor and frees little."""
+    with collector_off():
+        return _to_parts(graph, template)
+
+
+@contextlib.contextmanager
+def collector_off(freeze: bool = False) -> Iterator[None]:
+    """No garbage collection inside; ``freeze``: what exists when the block ends is frozen
+    (``gc.freeze()``, the caller unfreezes). A caller's disabled collector stays off."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+        if freeze:
+            gc.freeze()
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _to_parts(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto | Assembled:
     for g in list(all_graphs(graph)):
         _prune_and_sort(g)
     source = stored(graph, "gf_source")
