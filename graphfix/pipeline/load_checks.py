@@ -39,7 +39,7 @@ def start_early(source: str | None) -> None:
     effort: without a worker they run here)."""
     try:
         if source is not None and os.stat(source).st_size >= EARLY_START_BYTES:
-            runtime_worker.start()
+            runtime_worker.start(runtime=False)
     except OSError:
         pass
 

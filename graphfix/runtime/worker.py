@@ -202,7 +202,7 @@ def unpack(fd: int | None, layout: list, inline: dict[str, Any], order: Sequence
 class _Worker:
     """One child process serving sessions; requests one at a time, each bounded by the budget."""
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: bool = False) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         root = str(Path(__file__).resolve().parent.parent)
         code = f"import sys; sys.path.insert(0, {root!r}); from graphfix.runtime.worker import serve; serve()"
@@ -210,7 +210,8 @@ class _Worker:
         with_thread = "0" if threading.current_thread() is threading.main_thread() else "1"
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", code, str(theirs.fileno()), str(os.getpid()), with_thread], pass_fds=[theirs.fileno()],
+                [sys.executable, "-c", code, str(theirs.fileno()), str(os.getpid()), with_thread, "1" if runtime else "0"],
+                pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=None if os.environ.get("GRAPHFIX_WORKER_STDERR") else subprocess.DEVNULL,
                 start_new_session=True, close_fds=True)
@@ -346,18 +347,20 @@ class Pending:
 _WORKER: _Worker | None = None
 
 
-def _worker() -> _Worker:
+def _worker(runtime: bool = False) -> _Worker:
     global _WORKER
     if _WORKER is None or not _WORKER.alive():
         if _WORKER is not None and _WORKER.pid == os.getpid():
             _WORKER.kill()
-        _WORKER = _Worker()
+        _WORKER = _Worker(runtime)
     return _WORKER
 
 
-def start() -> None:
-    """Start the worker now, if none is running (it imports onnxruntime while the caller works on)."""
-    _worker()
+def start(runtime: bool = True) -> None:
+    """Start the worker now, if none is running. ``runtime``: it imports onnxruntime at once, while
+    the caller works on (sessions will follow); else on its first session (a worker that only takes
+    a big graph's checks never needs it)."""
+    _worker(runtime)
 
 
 def shutdown() -> None:
@@ -565,13 +568,16 @@ class _Server:
 
 
 def serve() -> None:
-    """The worker's loop (``sys.argv``: the socket's descriptor, the parent's pid)."""
+    """The worker's loop (``sys.argv``: the socket's descriptor, the parent's pid, whether a thread
+    started it, whether to import onnxruntime now)."""
     sock_fd, parent = int(sys.argv[1]), int(sys.argv[2])
     _die_with_parent(parent, sys.argv[3] == "1")
     for s in (signal.SIGINT, signal.SIGTERM):  # the parent decides; it kills this process
         signal.signal(s, signal.SIG_IGN)
     sock = socket.socket(fileno=sock_fd)
     server = _Server()
+    if sys.argv[4] == "1":
+        server.ort  # noqa: B018 - imported now, while the parent loads the model
     while True:
         try:
             msg, fds = _recv(sock)

@@ -4,6 +4,7 @@ import: the same written model, the same refusals in the same order, and the wor
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -170,3 +171,21 @@ def test_worker_dying_on_the_checks_is_one_line(sent, tmp_path):
     with pytest.raises(GraphfixError, match="onnx.checker or shape inference failed on it .*SIGKILL"):
         checks.infos()
     assert not checks.pending.open
+
+
+def _runtime_loaded() -> bool:
+    """Whether the worker process has onnxruntime's library mapped."""
+    return "onnxruntime_pybind11_state" in Path(f"/proc/{runtime_worker._WORKER.proc.pid}/maps").read_text()
+
+
+@pytest.mark.parametrize("runtime", [False, True])
+def test_worker_imports_onnxruntime_at_start_only_when_sessions_follow(runtime):
+    """A worker started for verification imports onnxruntime while the model loads; one started
+    for a big graph's checks only on its first session."""
+    runtime_worker.shutdown()
+    runtime_worker.start(runtime=runtime)
+    model = chain()
+    runtime_worker.checked_and_inferred(runtime_worker.check_and_infer(model.SerializeToString(), (model.SerializeToString(), False)))
+    assert _runtime_loaded() == runtime
+    runtime_worker.open_session(model.SerializeToString(), [], [], None, True)
+    assert _runtime_loaded()
