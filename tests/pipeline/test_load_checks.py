@@ -3,6 +3,8 @@ import: the same written model, the same refusals in the same order, and the wor
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from pathlib import Path
 
@@ -165,9 +167,12 @@ def test_another_threads_request_waits_for_the_answer_then_runs():
 
 def test_worker_dying_on_the_checks_is_one_line(sent, tmp_path):
     """onnx's C++ aborting in the worker (here: the worker killed) ends the run with one line."""
+    runtime_worker.start(runtime=False)
+    worker = runtime_worker._WORKER.proc
+    os.kill(worker.pid, signal.SIGSTOP)  # it cannot answer before it dies
     checks = load_checks.LoadChecks(str(tmp_path / "in.onnx"), offload=True)
     checks.submit(chain())
-    runtime_worker._WORKER.proc.kill()
+    worker.kill()
     with pytest.raises(GraphfixError, match="onnx.checker or shape inference failed on it .*SIGKILL"):
         checks.infos()
     assert not checks.pending.open
