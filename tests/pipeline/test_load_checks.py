@@ -16,11 +16,12 @@ from onnx import TensorProto, helper, numpy_helper
 import graphfix
 from graphfix.errors import GraphfixError
 from graphfix.graph.convert import infer
+from graphfix.onnxio import external as external_mod
 from graphfix.onnxio.infer import infos_from_bytes, value_infos
 from graphfix.onnxio.proto import weightless
 from graphfix.pipeline import load_checks
 from graphfix.runtime import worker as runtime_worker
-from tests.helpers.cli_runs import ROOT, refused, save
+from tests.helpers.cli_runs import ROOT, external_model, refused, save
 
 
 def chain(blocks: int = 3) -> onnx.ModelProto:
@@ -194,3 +195,16 @@ def test_worker_imports_onnxruntime_at_start_only_when_sessions_follow(runtime):
     assert _runtime_loaded() == runtime
     runtime_worker.open_session(model.SerializeToString(), [], [], None, True)
     assert _runtime_loaded()
+
+
+def test_model_with_external_data_sends_its_own_checker_input(sent, monkeypatch, tmp_path):
+    """External data: the stub-data model is built here (its small external tensors are stubs too)."""
+    monkeypatch.setattr(external_mod, "LOAD_SMALL_BELOW", 0)  # the weights stay external
+    src = external_model(tmp_path / "m")
+    for run in ("a", "b"):  # the same name in two folders: the data file's name is in the model
+        (tmp_path / run).mkdir()
+    offloaded = _written(src, tmp_path / "a" / "out.onnx", verify=False)
+    assert sent[0][1][0] is not None and sent[0][1][1] is True
+    monkeypatch.setattr(load_checks, "OFFLOAD_NODES", 10**9)
+    assert _written(src, tmp_path / "b" / "out.onnx", verify=False) == offloaded
+    assert (tmp_path / "a" / "out.onnx.data").read_bytes() == (tmp_path / "b" / "out.onnx.data").read_bytes()
