@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -17,6 +15,7 @@ from graphfix.graph.build import stored
 from graphfix.graph.edits import bodies, live_nodes, outer_reads
 from graphfix.graph.importer import all_graphs, fingerprint, import_typed
 from graphfix.graph.infer import complete
+from graphfix.onnxio.collector import collector_off
 from graphfix.onnxio.infer import inferred, value_infos
 from graphfix.onnxio.ir import default_opset
 from graphfix.onnxio.proto import Assembled, copy_fields, weightless
@@ -116,21 +115,6 @@ def to_parts(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto | As
     No collections run during it: it makes a proto per new node and tensor and frees little."""
     with collector_off():
         return _to_parts(graph, template)
-
-
-@contextlib.contextmanager
-def collector_off(freeze: bool = False) -> Iterator[None]:
-    """No garbage collection inside; ``freeze``: what exists when the block ends is frozen
-    (``gc.freeze()``, the caller unfreezes). A caller's disabled collector stays off."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-        if freeze:
-            gc.freeze()
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _to_parts(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto | Assembled:

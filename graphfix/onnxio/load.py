@@ -4,7 +4,6 @@ every failure is a GraphfixError naming the file.
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ from google.protobuf.message import DecodeError
 from graphfix.errors import GraphfixError, first_line
 from graphfix.onnxio import external as external_mod
 from graphfix.onnxio import parse
+from graphfix.onnxio.collector import collector_off
 from graphfix.onnxio.paths import read_plan
 from graphfix.onnxio.validate import check_graph
 
@@ -36,13 +36,8 @@ def load_model(path: str | os.PathLike, checker: bool = True,
         raise GraphfixError(f"not a readable ONNX model ({first_line(exc)})", str(p)) from exc
     if not model.graph.node and not model.graph.output:
         raise GraphfixError("not an ONNX model (no graph, no outputs)", str(p))
-    enabled = gc.isenabled()
-    gc.disable()  # the walk makes a Python object per node, attribute and tensor and keeps none:
-    try:  # a collection only rescans the heap (with the export's, 0.2 s of bench/scale.py's run)
+    with collector_off():  # the walk makes a Python object per node, attribute and tensor, keeps none
         check_graph(model, str(p), checker, early)
-    finally:
-        if enabled:
-            gc.enable()
     return model
 
 

@@ -4,11 +4,8 @@ that leaves a new blocker for the target release.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import onnx
@@ -21,6 +18,7 @@ from graphfix.errors import GraphfixError, first_line
 from graphfix.graph import Builder
 from graphfix.graph.edits import EditLog, drop_op_index, index_ops, live_nodes, nodes_of
 from graphfix.graph.importer import all_graphs
+from graphfix.onnxio.collector import collector_off
 from graphfix.passes.base import Context, Pass
 from graphfix.pipeline.settings import Settings, StrictFailure
 from graphfix.report import diagram as diagram_mod
@@ -102,7 +100,12 @@ def run_passes(graph: gs.Graph, chosen: list[Pass], settings: Settings, log: Edi
     graphfix on its own output then changes nothing. With ``--passes auto`` the later rounds may
     use any pass (what a rewrite emits can need one the input did not).
 
-    What the passes make is frozen (``gc.freeze()``, see :func:`_collector_paused`): the caller
+    No collection runs while a pass rewrites or its contract is checked, and what it made is
+    frozen after it (``collector_off(freeze=True)``), as the import's objects are: 360 collections,
+    2 of them full, scanned them only to find them alive (0.14 s of the passes' 1.3 s on
+    bench/scale.py), and every later collection scanned them again. Reference cycles a pass drops
+    are frozen too, freed at the run's end instead of sooner (a young collection before freezing
+    found none there and cost 60 ms; verified runs kept their peak memory). The caller
     unfreezes, as it does for a frozen import (pipeline.run, at the end of the run)."""
     trt = trt_version(settings.trt)
     signature = _signature(graph)
@@ -188,30 +191,6 @@ def node_record(region: regions_mod.Region, verdict: str, checked: str, reason: 
     return record
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No garbage collection while a pass rewrites, and what it made frozen after it, as the
-    import's objects are (``to_graph(freeze=True)``): the caller unfreezes, as pipeline.run does
-    for both at the end of every run.
-
-    A pass allocates objects that stay (nodes, tensors, constants, edits) and frees little: each
-    collection during it scanned them only to find them alive, and every later collection (the
-    export's) scanned them again. bench/scale.py, 100k nodes: 360 collections, 2 of them full,
-    0.14 s of the passes' 1.3 s. (Not ``gc.get_freeze_count()`` to ask whether the import was
-    frozen: it counts the frozen objects one by one, 45 ms there.) Reference cycles a pass drops
-    are frozen too, freed at the run's end instead of sooner: a young collection before freezing
-    found none on bench/scale.py and cost 60 ms; verified runs kept their peak memory."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.enable()
-
-
 def _run_pass(p: Pass, graph: gs.Graph, record: PassRecord, settings: Settings, trt: TrtVersion | None,
               signature: list[tuple], counts: Counter, log: EditLog, step, after_pass) -> None:
     step(f"running passes: {p.name}")
@@ -228,7 +207,7 @@ def _run_pass(p: Pass, graph: gs.Graph, record: PassRecord, settings: Settings, 
         record.nodes_before = nodes_before
     verdict = UNCHANGED
     try:
-        with _collector_paused():
+        with collector_off(freeze=True):
             matched, rewritten, findings = p.run_on_graph(graph, trt, force, log)
     except GraphfixError:
         raise
@@ -240,7 +219,7 @@ def _run_pass(p: Pass, graph: gs.Graph, record: PassRecord, settings: Settings, 
         record.rewritten += rewritten
         known = {(f["node"], f["message"]) for f in record.findings}
         record.findings += [d for d in (f.as_dict() for f in findings) if (d["node"], d["message"]) not in known]
-        with _collector_paused():
+        with collector_off(freeze=True):
             broken = _ensure(p, graph, trt, force, {f.node or f.op for f in findings}, signature) if rewritten else ""
         if broken:
             log.rollback_to(mark)

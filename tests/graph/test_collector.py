@@ -8,8 +8,9 @@ import gc
 import onnx
 
 from graphfix.graph import convert
-from graphfix.graph.convert import collector_off, to_graph, to_parts
+from graphfix.graph.convert import to_graph, to_parts
 from graphfix.onnxio import validate
+from graphfix.onnxio.collector import collector_off
 from graphfix.onnxio.load import load_model
 from tests.helpers.cli_runs import ROOT
 
