@@ -191,8 +191,9 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
                        "aten-fallback-node", _fixing_pass(node, ctx), rule="no-importer", evidence="operator table (no ATen op)")
         return
     if domain not in ("", "ai.onnx"):
-        yield _finding(node, BLOCKING, f"custom-domain op {domain}::{node.op} needs a TensorRT plugin library loaded at build time",
-                       "custom-domain-op-plugin-library-missing")
+        claims = list(_pass_claims(node, ctx))  # onnxruntime's contrib ops that a pass lowers
+        yield from claims or [_finding(node, BLOCKING, f"custom-domain op {domain}::{node.op} needs a TensorRT plugin "
+                                       "library loaded at build time", "custom-domain-op-plugin-library-missing")]
         return
     entry = support.op_support(node.op, release)
     if entry is None or not entry.supported:
@@ -209,18 +210,23 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
                        NOT_SUPPORTED_IDS.get(node.op, "unsupported-op-plugin-fallback-generic"), fixer,
                        rule="no-importer", evidence=source, certain=unknown is None)
         return
-    claimed = False
-    for p in _passes_for_op().get(node.op, ()):
-        rule = p.why(node, ctx)  # the rule of this pass that holds for this release, if any
-        if rule is not None:
-            claimed = True
-            message = rule.message + ("" if rule.certain else " (uncertain: thin evidence)")
-            yield _finding(node, BLOCKING if rule.certain else WARNING, message, rule.error, p.name,
-                           rule=rule.kind, evidence=rule.evidence, certain=rule.certain)
+    claims = list(_pass_claims(node, ctx))
+    yield from claims
+    claimed = bool(claims)
     yield from _restriction_findings(node, release, ctx)
     if not claimed:
         yield from _shape_tensor_findings(node, origins)
         yield from _type_findings(node, entry, release)
+
+
+def _pass_claims(node: gs.Node, ctx: Context) -> Iterator[CheckFinding]:
+    """A finding per pass whose rule holds for this node and release (the pass then fixes it)."""
+    for p in _passes_for_op().get(node.op, ()):
+        rule = p.why(node, ctx)  # the rule of this pass that holds for this release, if any
+        if rule is not None:
+            message = rule.message + ("" if rule.certain else " (uncertain: thin evidence)")
+            yield _finding(node, BLOCKING if rule.certain else WARNING, message, rule.error, p.name,
+                           rule=rule.kind, evidence=rule.evidence, certain=rule.certain)
 
 
 @functools.cache

@@ -23,6 +23,9 @@ from graphfix.passes import (
     castlike_to_cast,
     causalconv_decompose,
     col2im_to_convtranspose,
+    contrib_activation_lower,
+    contrib_matmul_lower,
+    contrib_norm_lower,
     cumprod_decompose,
     cumsum_decompose,
     dft_decompose,
@@ -68,6 +71,9 @@ __all__ = ["PIPELINE", "Context", "Finding", "Pass", "PassResult", "Skip", "all_
 #: later round, so an order here is a constraint only where a comment says why.
 PIPELINE: tuple[ModuleType, ...] = (
     aten_fallback,
+    contrib_norm_lower,  # onnxruntime's fused ops first: what they lower to meets the release's passes
+    contrib_activation_lower,
+    contrib_matmul_lower,
     if_inline,
     fold_weights,
     topk_constant_k,  # after fold-weights, which folds a K that is constant
