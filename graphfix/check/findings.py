@@ -184,6 +184,12 @@ def _opset_findings(opset: int, release: support.Release) -> Iterator[CheckFindi
                        rule="opset", evidence="operator table")
 
 
+#: onnxruntime contrib ops that share an ONNX op's name and meaning: TensorRT's model importer looks
+#: importers up by op type, domain ignored (ModelImporter.cpp, 8.5-GA and 10.1-GA), so a release
+#: with the ONNX importer reads them right (com.microsoft Gelu is the erf Gelu of ONNX Gelu-20).
+SAME_MEANING_AS_ONNX = frozenset({"Gelu"})
+
+
 def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:
     domain = node.domain or ""
     if domain == "org.pytorch.aten" and node.op == "ATen":
@@ -192,6 +198,13 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
         return
     if domain not in ("", "ai.onnx"):
         claims = list(_pass_claims(node, ctx))  # onnxruntime's contrib ops that a pass lowers
+        if not claims and domain == "com.microsoft" and node.op in SAME_MEANING_AS_ONNX:
+            entry = support.op_support(node.op, release)
+            if entry is not None and entry.supported:
+                yield _finding(node, WARNING, f"com.microsoft::{node.op} is read by TensorRT {release.key}'s ONNX {node.op} "
+                               "importer (importers are looked up by op type alone; same formula)", None,
+                               rule="no-importer", evidence="importer source: ModelImporter.cpp 8.5-GA/10.1-GA")
+                return
         yield from claims or [_finding(node, BLOCKING, f"custom-domain op {domain}::{node.op} needs a TensorRT plugin "
                                        "library loaded at build time", "custom-domain-op-plugin-library-missing")]
         return

@@ -186,9 +186,8 @@ def _embed_layer_norm(node: gs.Node, ctx: Context) -> None:
 def _mask_index(b: Builder, ids: gs.Tensor, mask: gs.Tensor | None) -> gs.Tensor:
     """Ones per row of ``mask`` as int32 (onnxruntime's CPU kernel counts them), zeros without a mask."""
     i32 = np.dtype(np.int32)
-    if mask is None:
-        batch = b.slice(b.shape(ids), [0], [1], [0])
-        return b.op("ConstantOfShape", [batch], {"value": np.zeros(1, np.int32)}, dtype=i32)
+    if mask is None:  # a zero per row: ReduceSum of ids * 0 (no ConstantOfShape tensor attribute to export)
+        return b.reduce("ReduceSum", b.op("Mul", [b.cast(ids, i32), np.array(0, np.int32)], dtype=i32), [1], keepdims=False, dtype=i32)
     ones = b.cast(b.op("Equal", [b.cast(mask, i32), np.array(1, np.int32)], dtype=np.bool_), i32)
     return b.reduce("ReduceSum", ones, [1], keepdims=False, dtype=i32)
 
