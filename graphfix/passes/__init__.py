@@ -24,6 +24,7 @@ from graphfix.passes import (
     causalconv_decompose,
     col2im_to_convtranspose,
     contrib_activation_lower,
+    contrib_attention_lower,
     contrib_matmul_lower,
     contrib_norm_lower,
     cumprod_decompose,
@@ -74,6 +75,7 @@ PIPELINE: tuple[ModuleType, ...] = (
     contrib_norm_lower,  # onnxruntime's fused ops first: what they lower to meets the release's passes
     contrib_activation_lower,
     contrib_matmul_lower,
+    contrib_attention_lower,
     if_inline,
     fold_weights,
     topk_constant_k,  # after fold-weights, which folds a K that is constant

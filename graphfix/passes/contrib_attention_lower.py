@@ -1,0 +1,155 @@
+"""contrib-attention-lower: onnxruntime's fused ``com.microsoft`` Attention as MatMul / Softmax / MatMul.
+
+Why: onnxruntime's transformer optimizer (``optimize_model(model_type="bert" | "gpt2" | "vit")``,
+optimum's O1-O4) fuses each self-attention block, QKV projection included, into one
+``com.microsoft`` ``Attention`` node. No TensorRT release imports it: the parser looks importers
+up by op type, domain ignored (``ModelImporter.cpp``), and its ``Attention`` importer (from the
+opset-23 ONNX op, if any) expects the ONNX op's inputs (Q, K, V), not onnxruntime's packed
+weights; before that the plugin fallback finds nothing ("Plugin not found").
+
+How (onnxruntime's ContribOperators.md and the schema it registers; the CPU kernel's mask
+handling, ``attention_helper.h`` / ``attention_cpu_base.h``):
+
+* ``QKV = input @ weights (+ bias)``, split into Q, K, V by ``qkv_hidden_sizes`` (thirds by
+  default), each ``[B, S, N, head]`` moved to ``[B, N, S, head]``.
+* ``past`` ``[2, B, N, P, head]``: its K and V are put before the new ones; ``present`` is both,
+  stacked again.
+* ``scores = scale * Q @ K^T`` (``scale`` 1/sqrt(head) by default) plus the mask the kernel builds:
+  ``mask_filter_value`` (default -10000) where ``mask_index`` masks a key — a raw 0/1 mask
+  ``[B, T]`` or ``[B, S, T]`` (0 masks), right-padding lengths ``[B]`` (keys at or past the length),
+  or end/start positions ``[2B]`` —, and the type's lowest value where ``unidirectional`` hides a
+  later key (onnxruntime 1.32's CPU kernel excludes such keys whatever the mask: measured, a row
+  whose earlier keys are all padding still attends to them only), plus ``attention_bias``.
+* ``Softmax`` over the keys, ``@ V``, heads merged back to ``[B, S, v_hidden]``.
+
+Left out (findings): ``do_rotary``, ``past_present_share_buffer``, a ``past_sequence_length``
+input, a 4-D (Megatron) mask, a 1-D mask whose length cannot be told from the batch statically,
+weights whose shape is not static, non-float inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import Builder, optional_input, replace_tensor, static_shape, tensor_dtype
+from graphfix.graph.build import Skip
+from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, microsoft, used
+from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
+
+DEFAULT_MASK_FILTER = -10000.0
+
+
+def _sizes(node: gs.Node, weights: gs.Tensor, heads: int) -> tuple[int, int, int]:
+    shape = static_shape(weights)
+    if shape is None or len(shape) != 2:
+        raise Skip("the packed QKV weights' shape is not static")
+    sizes = [int(v) for v in node.attrs.get("qkv_hidden_sizes", [])] or [shape[1] // 3] * 3
+    if len(sizes) != 3 or sum(sizes) != shape[1] or any(s <= 0 or s % heads for s in sizes):
+        raise Skip(f"qkv_hidden_sizes {sizes} do not split weights of width {shape[1]} into {heads} heads")
+    return sizes[0], sizes[1], sizes[2]
+
+
+def _heads(b: Builder, x: gs.Tensor, heads: int, size: int) -> gs.Tensor:
+    """[B, S, heads * size] -> [B, heads, S, size]."""
+    return b.transpose(b.reshape(x, np.array([0, 0, heads, size // heads], np.int64)), [0, 2, 1, 3])
+
+
+def _key_mask(b: Builder, node: gs.Node, mask: gs.Tensor, batch_dim: object, total: gs.Tensor) -> gs.Tensor:
+    """True where a key is visible, broadcastable to [B, N, S, T]."""
+    rank = len(mask.shape) if mask.shape is not None else None
+    if rank in (2, 3):
+        keep = b.op("Greater", [mask, np.array(0, tensor_dtype(mask) or np.int32)], dtype=np.bool_)
+        return b.unsqueeze(keep, [1, 2] if rank == 2 else [1])
+    if rank != 1:
+        raise Skip(f"mask_index of rank {rank} is not lowered (raw [B, T] / [B, S, T] masks and 1-D lengths are)")
+    dtype = tensor_dtype(mask) or np.dtype(np.int32)
+    keys = b.cast(b.op("Range", [np.array(0, np.int64), b.squeeze(total, [0]), np.array(1, np.int64)]), dtype)
+    length = mask.shape[0]
+    if length == batch_dim:
+        return b.unsqueeze(b.op("Less", [keys, b.unsqueeze(mask, [1])], dtype=np.bool_), [1, 2])
+    if isinstance(length, int) and isinstance(batch_dim, int) and length == 2 * batch_dim:
+        end, start = b.slice(mask, [0], [batch_dim], [0]), b.slice(mask, [batch_dim], [length], [0])
+        keep = b.op("And", [b.op("Less", [keys, b.unsqueeze(end, [1])], dtype=np.bool_),
+                            b.op("Not", [b.op("Less", [keys, b.unsqueeze(start, [1])], dtype=np.bool_)], dtype=np.bool_)],
+                    dtype=np.bool_)
+        return b.unsqueeze(keep, [1, 2])
+    raise Skip("a 1-D mask_index whose length is not the batch (or twice a static batch) is not lowered")
+
+
+def _causal(b: Builder, q_len: gs.Tensor, total: gs.Tensor) -> gs.Tensor:
+    """True where key j lies after query i (j > past + i), [S, T]."""
+    zero, one = np.array(0, np.int64), np.array(1, np.int64)
+    rows = b.unsqueeze(b.op("Range", [zero, b.squeeze(q_len, [0]), one]), [1])
+    cols = b.unsqueeze(b.op("Range", [zero, b.squeeze(total, [0]), one]), [0])
+    past = b.op("Sub", [total, q_len])
+    return b.op("Greater", [cols, b.op("Add", [rows, past])], dtype=np.bool_)
+
+
+def _penalty(b: Builder, hidden: gs.Tensor, value: float, dtype: np.dtype) -> gs.Tensor:
+    """``value`` where ``hidden`` is true, 0 elsewhere."""
+    return b.op("Where", [hidden, np.array(value, dtype), np.array(0, dtype)], dtype=dtype)
+
+
+def rewrite(node: gs.Node, ctx: Context) -> None:
+    attrs = node.attrs
+    for unsupported in ("do_rotary", "past_present_share_buffer"):
+        if int(attrs.get(unsupported, 0)):
+            raise Skip(f"{unsupported}=1 is not lowered")
+    if optional_input(node, 6) is not None:
+        raise Skip("a past_sequence_length input is not lowered")
+    x, weights = node.inputs[0], node.inputs[1]
+    dtype = tensor_dtype(x)
+    if dtype is None or dtype.kind != "f":
+        raise Skip("input type is unknown or not a numpy float")
+    heads = int(attrs.get("num_heads", 0))
+    if heads <= 0:
+        raise Skip(f"num_heads={heads}")
+    hq, hk, hv = _sizes(node, weights, heads)
+    b = ctx.builder
+    qkv = b.op("MatMul", [x, weights])
+    bias = optional_input(node, 2)
+    if bias is not None:
+        qkv = b.op("Add", [qkv, bias])
+    q = _heads(b, b.slice(qkv, [0], [hq], [-1]), heads, hq)
+    k = _heads(b, b.slice(qkv, [hq], [hq + hk], [-1]), heads, hk)
+    v = _heads(b, b.slice(qkv, [hq + hk], [hq + hk + hv], [-1]), heads, hv)
+    past = optional_input(node, 4)
+    if past is not None:
+        k = b.concat([b.squeeze(b.slice(past, [0], [1], [0]), [0]), k], 2)
+        v = b.concat([b.squeeze(b.slice(past, [1], [2], [0]), [0]), v], 2)
+    scale = attrs.get("scale")
+    scale = float(scale) if scale is not None else 1.0 / float(np.sqrt(hq // heads))
+    scores = b.op("Mul", [b.op("MatMul", [q, b.transpose(k, [0, 1, 3, 2])]), np.array(scale, dtype)])
+    filter_value = float(attrs.get("mask_filter_value", DEFAULT_MASK_FILTER))
+    q_len, total = b.slice(b.shape(q), [2], [3], [0]), b.slice(b.shape(k), [2], [3], [0])
+    mask = optional_input(node, 3)
+    if mask is not None:
+        batch_dim = x.shape[0] if x.shape else None
+        keep = _key_mask(b, node, mask, batch_dim, total)
+        scores = b.op("Add", [scores, _penalty(b, b.op("Not", [keep], dtype=np.bool_), filter_value, dtype)])
+    if int(attrs.get("unidirectional", 0)):  # a later key is out whatever the mask says: the type's lowest value
+        scores = b.op("Where", [_causal(b, q_len, total), np.array(np.finfo(dtype).min, dtype), scores], dtype=dtype)
+    attention_bias = optional_input(node, 5)
+    if attention_bias is not None:
+        scores = b.op("Add", [scores, attention_bias])
+    probs = b.op("Softmax", [scores], {"axis": -1} if ctx.opset >= 13 else {"axis": 3})
+    out = b.transpose(b.op("MatMul", [probs, v]), [0, 2, 1, 3])
+    replace_tensor(ctx.graph, node.outputs[0], b.reshape(out, np.array([0, 0, hv], np.int64)))
+    if len(node.outputs) > 1 and used(node.outputs[1], ctx.graph):
+        if past is None:
+            raise Skip("present is read but there is no past (onnxruntime requires both)")
+        replace_tensor(ctx.graph, node.outputs[1], b.concat([b.unsqueeze(k, [0]), b.unsqueeze(v, [0])], 0))
+
+
+PASS = Pass(
+    name="contrib-attention-lower",
+    summary="Lower onnxruntime's com.microsoft Attention (packed QKV, masks, past/present) to MatMul/Softmax/MatMul.",
+    ops=frozenset({"Attention"}),
+    rules=(
+        Rule(NO_IMPORTER, "all", "onnxruntime contrib Attention (packed QKV weights): no TensorRT importer", microsoft,
+             error="unsupported-op-plugin-fallback-generic", evidence=NO_CONTRIB_IMPORTER),
+    ),
+    rewrite=rewrite,
+    doc=__doc__ or "",
+)

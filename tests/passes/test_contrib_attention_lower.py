@@ -1,0 +1,93 @@
+"""contrib-attention-lower: com.microsoft Attention against onnxruntime running the original op:
+every mask form, unidirectional, past/present, attention_bias, qkv_hidden_sizes, scale; fp32 and fp16."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphfix import passes
+from graphfix.check.findings import check_model
+from tests.helpers.contrib import TOL, floats, ms, ms_model, vi, weight
+from tests.helpers.support import check_rewrite
+
+PASS = "contrib-attention-lower"
+HIDDEN, HEADS = 8, 2
+
+
+def _attention(dtype, batch, seq, mask=None, past=0, unidirectional=0, bias=True, attention_bias=False, sizes=None, **attrs):
+    hq, hk, hv = sizes or (HIDDEN, HIDDEN, HIDDEN)
+    names = ["x", "w", "b" if bias else "", "mask" if mask else "", "past" if past else "", "ab" if attention_bias else ""]
+    while names[-1] == "":
+        names.pop()
+    ins = [vi("x", dtype, [batch, seq, HIDDEN])]
+    total = past + seq
+    if mask:
+        ins.append(vi("mask", np.int32, {"raw2": [batch, total], "raw3": [batch, seq, total], "lengths": [batch],
+                                         "ends-starts": [2 * batch]}[mask]))
+    if past:
+        ins.append(vi("past", dtype, [2, batch, HEADS, past, HIDDEN // HEADS]))
+    if attention_bias:
+        ins.append(vi("ab", dtype, [1, HEADS, seq, total]))
+    outs = ["y", "present"] if past else ["y"]
+    ovi = [vi("y", dtype, [batch, seq, hv])] + ([vi("present", dtype, [2, batch, HEADS, total, HIDDEN // HEADS])] if past else [])
+    if sizes:
+        attrs["qkv_hidden_sizes"] = list(sizes)
+    node = ms("Attention", names, outs, num_heads=HEADS, unidirectional=unidirectional, **attrs)
+    inits = [weight("w", [HIDDEN, hq + hk + hv], dtype, 2, 0.5), weight("b", [hq + hk + hv], dtype, 3, 0.1)][:1 + int(bias)]
+    return ms_model([node], ins, ovi, inits)
+
+
+def _feeds(dtype, batch, seq, mask, past, seed):
+    rng = np.random.default_rng(seed)
+    total = past + seq
+    lengths = rng.integers(1, total + 1, batch)
+    starts = np.array([rng.integers(0, n) for n in lengths])
+    raw = (np.arange(total)[None] < lengths[:, None]).astype(np.int32)
+    return {"x": floats([batch, seq, HIDDEN], dtype, seed), "past": floats([2, batch, HEADS, past, HIDDEN // HEADS], dtype, seed + 1),
+            "ab": floats([1, HEADS, seq, total], dtype, seed + 2),
+            "mask": {"raw2": raw, "raw3": np.broadcast_to(raw[:, None], (batch, seq, total)).copy(),
+                     "lengths": lengths.astype(np.int32), "ends-starts": np.concatenate([lengths, starts]).astype(np.int32),
+                     None: None}[mask]}
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtype=st.sampled_from([np.float32, np.float16]), batch=st.integers(1, 3), seq=st.integers(1, 5),
+       mask=st.sampled_from([None, "raw2", "raw3", "lengths", "ends-starts"]), past=st.sampled_from([0, 0, 3]),
+       unidirectional=st.integers(0, 1), bias=st.booleans(), attention_bias=st.booleans(), seed=st.integers(0, 50))
+def test_attention_matches_onnxruntime(dtype, batch, seq, mask, past, unidirectional, bias, attention_bias, seed):
+    if past and mask in ("lengths", "ends-starts"):
+        mask = "raw2"  # onnxruntime's CPU kernel takes 1-D mask_index without past only
+    attention_bias = attention_bias and not past  # "Attention cannot have both past and attention_bias"
+    m = _attention(dtype, batch, seq, mask, past, unidirectional, bias, attention_bias)
+    feeds = {k: v for k, v in _feeds(dtype, batch, seq, mask, past, seed).items() if v is not None}
+    result = check_rewrite(m, PASS, feeds, *TOL[dtype])
+    assert all(n.domain != "com.microsoft" for n in result.model.graph.node)
+
+
+@pytest.mark.parametrize("sizes,scale", [((8, 8, 4), None), ((4, 4, 8), 0.3), (None, 1.0)])
+def test_unequal_hidden_sizes_and_scale_match_onnxruntime(sizes, scale):
+    attrs = {} if scale is None else {"scale": scale}
+    m = _attention(np.float32, 2, 4, "raw2", sizes=sizes, **attrs)
+    check_rewrite(m, PASS, {k: v for k, v in _feeds(np.float32, 2, 4, "raw2", 0, 0).items() if k in ("x", "mask")}, *TOL[np.float32])
+
+
+def test_mask_filter_value_is_what_masked_keys_get():
+    m = _attention(np.float32, 2, 4, "raw2", mask_filter_value=-3.0)
+    check_rewrite(m, PASS, {k: v for k, v in _feeds(np.float32, 2, 4, "raw2", 0, 1).items() if k in ("x", "mask")}, *TOL[np.float32])
+
+
+def test_rotary_attention_is_a_finding_and_check_names_the_pass():
+    m = _attention(np.float32, 1, 4, do_rotary=1)
+    result = passes.get(PASS).apply(m)
+    assert result.rewritten == 0 and "do_rotary" in result.findings[0].message
+    plain = _attention(np.float32, 1, 4)
+    assert [f.fix_pass for f in check_model(plain, "10.1").findings if f.severity == "blocking"] == [PASS]
+
+
+def test_the_onnx_attention_pass_leaves_the_contrib_op_alone():
+    """attention-decompose reads the opset-23 op's Q/K/V inputs: a com.microsoft node is not its."""
+    m = _attention(np.float32, 1, 4)
+    assert passes.get("attention-decompose").apply(m).matched == 0
