@@ -13,8 +13,11 @@ import as plugin", then "Plugin not found"), and one that shares an ONNX op's na
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_graphsurgeon as gs
 
+from graphfix.graph import tensor_dtype
+from graphfix.graph.build import Skip
 from graphfix.passes.base import Context
 
 MS_DOMAIN = "com.microsoft"
@@ -40,3 +43,19 @@ def microsoft_or_default(node: gs.Node, ctx: Context) -> bool:
 def used(t: gs.Tensor, graph: gs.Graph) -> bool:
     """Something reads ``t``: a node (subgraphs included) or the graph's outputs."""
     return bool(t.name) and (bool(t.outputs) or t in graph.outputs)
+
+
+def float_type(node: gs.Node, *candidates: int) -> np.dtype:
+    """The compute type: the first of these inputs whose type is a known float type.
+
+    onnx's shape inference knows no contrib op, so everything after the first one is untyped;
+    the weights (gamma, bias, the packed QKV weights, the embedding tables) always say the type.
+    """
+    for k in candidates:
+        if k < len(node.inputs) and node.inputs[k].name:
+            dtype = tensor_dtype(node.inputs[k])
+            if dtype is not None:
+                if dtype.kind != "f":
+                    break
+                return dtype
+    raise Skip(f"the type of {node.op} is unknown or not a numpy float (bfloat16 is left as is)")

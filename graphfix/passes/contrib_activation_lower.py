@@ -30,8 +30,8 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input, replace_tensor
 from graphfix.graph.build import Skip
-from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, microsoft
-from graphfix.passes._elementwise import float_dtype, swish
+from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft
+from graphfix.passes._elementwise import swish
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
 SQRT_2 = math.sqrt(2.0)
@@ -60,9 +60,10 @@ def _plus(b: Builder, x: gs.Tensor, bias: gs.Tensor | None) -> gs.Tensor:
 
 def _bias_split_gelu(b: Builder, node: gs.Node, dtype: np.dtype) -> gs.Tensor:
     x = _plus(b, node.inputs[0], node.inputs[1])
-    width = node.inputs[0].shape[-1] if node.inputs[0].shape else None
+    bias = node.inputs[1].shape
+    width = bias[-1] if bias else None
     if not isinstance(width, (int, np.integer)) or width % 2:
-        raise Skip("the last dim of X is not static and even (BiasSplitGelu halves it)")
+        raise Skip("the bias length is not static and even (BiasSplitGelu halves X's last axis, the bias's length)")
     half = int(width) // 2
     left = b.slice(x, [0], [half], [-1])
     right = b.slice(x, [half], [int(width)], [-1])
@@ -71,7 +72,7 @@ def _bias_split_gelu(b: Builder, node: gs.Node, dtype: np.dtype) -> gs.Tensor:
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
     b = ctx.builder
-    dtype = float_dtype(node.inputs[0], node.op)
+    dtype = float_type(node, 0, 1, 2)
     op = node.op
     if op == "Gelu":
         y = _erf_gelu(b, node.inputs[0], dtype)

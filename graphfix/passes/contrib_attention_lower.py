@@ -23,8 +23,7 @@ handling, ``attention_helper.h`` / ``attention_cpu_base.h``):
 * ``Softmax`` over the keys, ``@ V``, heads merged back to ``[B, S, v_hidden]``.
 
 Left out (findings): ``do_rotary``, ``past_present_share_buffer``, a ``past_sequence_length``
-input, a 4-D (Megatron) mask, a 1-D mask whose length cannot be told from the batch statically,
-weights whose shape is not static, non-float inputs.
+input, a 4-D (Megatron) mask, weights whose shape is not static, non-float inputs.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input, replace_tensor, static_shape, tensor_dtype
 from graphfix.graph.build import Skip
-from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, microsoft, used
+from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft, used
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
 DEFAULT_MASK_FILTER = -10000.0
@@ -55,26 +54,25 @@ def _heads(b: Builder, x: gs.Tensor, heads: int, size: int) -> gs.Tensor:
     return b.transpose(b.reshape(x, np.array([0, 0, heads, size // heads], np.int64)), [0, 2, 1, 3])
 
 
-def _key_mask(b: Builder, node: gs.Node, mask: gs.Tensor, batch_dim: object, total: gs.Tensor) -> gs.Tensor:
+def _key_mask(b: Builder, mask: gs.Tensor, x: gs.Tensor, total: gs.Tensor) -> gs.Tensor:
     """True where a key is visible, broadcastable to [B, N, S, T]."""
     rank = len(mask.shape) if mask.shape is not None else None
     if rank in (2, 3):
         keep = b.op("Greater", [mask, np.array(0, tensor_dtype(mask) or np.int32)], dtype=np.bool_)
         return b.unsqueeze(keep, [1, 2] if rank == 2 else [1])
     if rank != 1:
-        raise Skip(f"mask_index of rank {rank} is not lowered (raw [B, T] / [B, S, T] masks and 1-D lengths are)")
+        raise Skip(f"mask_index of rank {rank} is not lowered (raw [B, T] / [B, S, T] masks and 1-D positions are)")
+    # [B] ends, or [2B] ends then starts, told apart at run time as the kernel does: the starts are
+    # what follows the first B values, padded with zeros (no start) when there is nothing
     dtype = tensor_dtype(mask) or np.dtype(np.int32)
+    batch = b.slice(b.shape(x), [0], [1], [0])
+    end = b.slice(mask, [0], batch, [0])
+    padded = b.concat([mask, b.op("Mul", [end, np.array(0, dtype)])], 0)
+    start = b.slice(padded, batch, b.op("Add", [batch, batch]), [0])
     keys = b.cast(b.op("Range", [np.array(0, np.int64), b.squeeze(total, [0]), np.array(1, np.int64)]), dtype)
-    length = mask.shape[0]
-    if length == batch_dim:
-        return b.unsqueeze(b.op("Less", [keys, b.unsqueeze(mask, [1])], dtype=np.bool_), [1, 2])
-    if isinstance(length, int) and isinstance(batch_dim, int) and length == 2 * batch_dim:
-        end, start = b.slice(mask, [0], [batch_dim], [0]), b.slice(mask, [batch_dim], [length], [0])
-        keep = b.op("And", [b.op("Less", [keys, b.unsqueeze(end, [1])], dtype=np.bool_),
-                            b.op("Not", [b.op("Less", [keys, b.unsqueeze(start, [1])], dtype=np.bool_)], dtype=np.bool_)],
-                    dtype=np.bool_)
-        return b.unsqueeze(keep, [1, 2])
-    raise Skip("a 1-D mask_index whose length is not the batch (or twice a static batch) is not lowered")
+    before_end = b.op("Less", [keys, b.unsqueeze(end, [1])], dtype=np.bool_)
+    after_start = b.op("Not", [b.op("Less", [keys, b.unsqueeze(start, [1])], dtype=np.bool_)], dtype=np.bool_)
+    return b.unsqueeze(b.op("And", [before_end, after_start], dtype=np.bool_), [1, 2])
 
 
 def _causal(b: Builder, q_len: gs.Tensor, total: gs.Tensor) -> gs.Tensor:
@@ -99,9 +97,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     if optional_input(node, 6) is not None:
         raise Skip("a past_sequence_length input is not lowered")
     x, weights = node.inputs[0], node.inputs[1]
-    dtype = tensor_dtype(x)
-    if dtype is None or dtype.kind != "f":
-        raise Skip("input type is unknown or not a numpy float")
+    dtype = float_type(node, 0, 1, 2)
     heads = int(attrs.get("num_heads", 0))
     if heads <= 0:
         raise Skip(f"num_heads={heads}")
@@ -125,8 +121,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     q_len, total = b.slice(b.shape(q), [2], [3], [0]), b.slice(b.shape(k), [2], [3], [0])
     mask = optional_input(node, 3)
     if mask is not None:
-        batch_dim = x.shape[0] if x.shape else None
-        keep = _key_mask(b, node, mask, batch_dim, total)
+        keep = _key_mask(b, mask, x, total)
         scores = b.op("Add", [scores, _penalty(b, b.op("Not", [keep], dtype=np.bool_), filter_value, dtype)])
     if int(attrs.get("unidirectional", 0)):  # a later key is out whatever the mask says: the type's lowest value
         scores = b.op("Where", [_causal(b, q_len, total), np.array(np.finfo(dtype).min, dtype), scores], dtype=dtype)

@@ -27,7 +27,7 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input, replace_tensor, tensor_dtype
 from graphfix.graph.build import Skip
-from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, microsoft
+from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
@@ -74,10 +74,7 @@ def _fused_matmul(node: gs.Node, ctx: Context) -> gs.Tensor:
     y = b.op("MatMul", [a, w])
     alpha = float(attrs.get("alpha", 1.0))
     if alpha != 1.0:
-        dtype = tensor_dtype(node.inputs[0])
-        if dtype is None or dtype.kind != "f":
-            raise Skip("alpha != 1 on an input of unknown or non-float type")
-        y = b.op("Mul", [y, np.array(alpha, dtype)])
+        y = b.op("Mul", [y, np.array(alpha, float_type(node, 0, 1))])
     return y
 
 

@@ -43,10 +43,9 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input, replace_tensor
 from graphfix.graph.build import Skip
-from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, microsoft, microsoft_or_default, used
+from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft, microsoft_or_default, used
 from graphfix.passes._norm import (
     element_count,
-    float_dtype,
     mean_over,
     reduce_mean_reads_axes,
     standardize,
@@ -117,7 +116,7 @@ def _reciprocal(b: Builder, t: gs.Tensor) -> gs.Tensor:
 
 
 def _skip_layer_norm(node: gs.Node, ctx: Context) -> None:
-    dtype = float_dtype(node.inputs[0])
+    dtype = float_type(node, 0, 1, 2, 3, 4)
     b = ctx.builder
     s = _skip_sum(node, ctx, 4)
     y, m = _layer_norm(node, ctx, s, dtype)
@@ -128,7 +127,7 @@ def _skip_layer_norm(node: gs.Node, ctx: Context) -> None:
 
 
 def _skip_simplified(node: gs.Node, ctx: Context) -> None:
-    dtype = float_dtype(node.inputs[0])
+    dtype = float_type(node, 0, 1, 2, 3)
     b = ctx.builder
     s = _skip_sum(node, ctx, 3)
     y, rms = _rms_norm(node, ctx, s, dtype)
@@ -141,7 +140,7 @@ def _skip_simplified(node: gs.Node, ctx: Context) -> None:
 
 def _simplified(node: gs.Node, ctx: Context) -> None:
     x = node.inputs[0]
-    dtype = float_dtype(x)
+    dtype = float_type(node, 0, 1)
     stash_dtype(node)
     y, rms = _rms_norm(node, ctx, x, dtype, _first_axis(node, x))
     replace_tensor(ctx.graph, node.outputs[0], ctx.builder.op("Mul", [y, node.inputs[1]]))
@@ -150,7 +149,7 @@ def _simplified(node: gs.Node, ctx: Context) -> None:
 
 def _contrib_layer_norm(node: gs.Node, ctx: Context) -> None:
     x = node.inputs[0]
-    dtype = float_dtype(x)
+    dtype = float_type(node, 0, 1, 2)
     stash_dtype(node)
     b = ctx.builder
     y, m = _layer_norm(node, ctx, x, dtype, _first_axis(node, x))
@@ -165,7 +164,7 @@ def _embed_layer_norm(node: gs.Node, ctx: Context) -> None:
     segment_ids, segment_table = optional_input(node, 1), optional_input(node, 4)
     gamma, beta = node.inputs[5], node.inputs[6]
     mask, position_ids = optional_input(node, 7), optional_input(node, 8)
-    dtype = float_dtype(word)
+    dtype = float_type(node, 2, 3, 5)
     s = b.op("Gather", [word, ids], {"axis": 0})
     if position_ids is None:
         length = b.slice(b.shape(ids), [1], [2], [0])
