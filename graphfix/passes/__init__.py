@@ -27,6 +27,7 @@ from graphfix.passes import (
     contrib_attention_lower,
     contrib_matmul_lower,
     contrib_norm_lower,
+    contrib_rotary_lower,
     cumprod_decompose,
     cumsum_decompose,
     dft_decompose,
@@ -76,6 +77,7 @@ PIPELINE: tuple[ModuleType, ...] = (
     contrib_activation_lower,
     contrib_matmul_lower,
     contrib_attention_lower,
+    contrib_rotary_lower,
     if_inline,
     fold_weights,
     topk_constant_k,  # after fold-weights, which folds a K that is constant
