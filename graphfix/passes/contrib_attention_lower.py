@@ -22,7 +22,13 @@ handling, ``attention_helper.h`` / ``attention_cpu_base.h``):
   whose earlier keys are all padding still attends to them only), plus ``attention_bias``.
 * ``Softmax`` over the keys, ``@ V``, heads merged back to ``[B, S, v_hidden]``.
 
-Left out (findings): ``do_rotary``, ``past_present_share_buffer``, a ``past_sequence_length``
+``MultiHeadAttention`` (separate 3-D query/key/value, the kind the optimizer writes for
+cross-attention and for decoders with ``past_key``/``past_value``) goes the same way: its ``bias``
+is the Q, K and V biases one after another, ``key_padding_mask`` a raw ``[B, T]`` mask or lengths
+``[B]``, ``present_key``/``present_value`` the keys and values after the past ones.
+
+Left out (findings): packed QKV / KV and 4-D key/value forms of MultiHeadAttention, its ``qk``
+output, ``past_sequence_length``/``cache_indirection``; ``do_rotary``, ``past_present_share_buffer``, a ``past_sequence_length``
 input, a 4-D (Megatron) mask, weights whose shape is not static, non-float inputs.
 """
 
@@ -89,7 +95,63 @@ def _penalty(b: Builder, hidden: gs.Tensor, value: float, dtype: np.dtype) -> gs
     return b.op("Where", [hidden, np.array(value, dtype), np.array(0, dtype)], dtype=dtype)
 
 
+def _attend(ctx: Context, node: gs.Node, q: gs.Tensor, k: gs.Tensor, v: gs.Tensor, x: gs.Tensor, mask: gs.Tensor | None,
+            attention_bias: gs.Tensor | None, head: int, hv: int, dtype: np.dtype) -> gs.Tensor:
+    """Softmax(scale * Q K^T + masks + bias) V for Q/K/V [B, N, *, head], merged to [B, S, hv]."""
+    b, attrs = ctx.builder, node.attrs
+    scale = attrs.get("scale")
+    scale = float(scale) if scale is not None else 1.0 / float(np.sqrt(head))
+    scores = b.op("Mul", [b.op("MatMul", [q, b.transpose(k, [0, 1, 3, 2])]), np.array(scale, dtype)])
+    filter_value = float(attrs.get("mask_filter_value", DEFAULT_MASK_FILTER))
+    q_len, total = b.slice(b.shape(q), [2], [3], [0]), b.slice(b.shape(k), [2], [3], [0])
+    if mask is not None:
+        keep = _key_mask(b, mask, x, total)
+        scores = b.op("Add", [scores, _penalty(b, b.op("Not", [keep], dtype=np.bool_), filter_value, dtype)])
+    if int(attrs.get("unidirectional", 0)):  # a later key is out whatever the mask says: the type's lowest value
+        scores = b.op("Where", [_causal(b, q_len, total), np.array(np.finfo(dtype).min, dtype), scores], dtype=dtype)
+    if attention_bias is not None:
+        scores = b.op("Add", [scores, attention_bias])
+    probs = b.op("Softmax", [scores], {"axis": -1} if ctx.opset >= 13 else {"axis": 3})
+    out = b.transpose(b.op("MatMul", [probs, v]), [0, 2, 1, 3])
+    return b.reshape(out, np.array([0, 0, hv], np.int64))
+
+
+def _multi_head(node: gs.Node, ctx: Context) -> None:
+    """MultiHeadAttention with separate 3-D query/key/value ``[B, S|L, hidden]``."""
+    if any(optional_input(node, i) is not None for i in (8, 9)):
+        raise Skip("past_sequence_length / cache_indirection inputs are not lowered")
+    if len(node.outputs) > 3 and used(node.outputs[3], ctx.graph):
+        raise Skip("the qk output is read")
+    q, k, v = node.inputs[0], optional_input(node, 1), optional_input(node, 2)
+    if k is None or v is None or any(t.shape is None or len(t.shape) != 3 for t in (q, k, v)):
+        raise Skip("only separate 3-D query/key/value are lowered (not packed QKV/KV or 4-D key/value caches)")
+    dtype = float_type(node, 0, 1, 2, 3)
+    heads = int(node.attrs.get("num_heads", 0))
+    hq, hk, hv = q.shape[2], k.shape[2], v.shape[2]
+    if heads <= 0 or not all(isinstance(d, (int, np.integer)) and d % heads == 0 for d in (hq, hk, hv)):
+        raise Skip("num_heads must divide static query/key/value hidden sizes")
+    hq, hk, hv = int(hq), int(hk), int(hv)
+    b = ctx.builder
+    bias = optional_input(node, 3)
+    if bias is not None:
+        q = b.op("Add", [q, b.slice(bias, [0], [hq], [0])])
+        k = b.op("Add", [k, b.slice(bias, [hq], [hq + hk], [0])])
+        v = b.op("Add", [v, b.slice(bias, [hq + hk], [hq + hk + hv], [0])])
+    q, k, v = _heads(b, q, heads, hq), _heads(b, k, heads, hk), _heads(b, v, heads, hv)
+    past_key, past_value = optional_input(node, 6), optional_input(node, 7)
+    if past_key is not None and past_value is not None:
+        k, v = b.concat([past_key, k], 2), b.concat([past_value, v], 2)
+    out = _attend(ctx, node, q, k, v, node.inputs[0], optional_input(node, 4), optional_input(node, 5), hq // heads, hv, dtype)
+    replace_tensor(ctx.graph, node.outputs[0], out)
+    for index, tensor in ((1, k), (2, v)):
+        if len(node.outputs) > index and used(node.outputs[index], ctx.graph):
+            replace_tensor(ctx.graph, node.outputs[index], tensor)
+
+
 def rewrite(node: gs.Node, ctx: Context) -> None:
+    if node.op == "MultiHeadAttention":
+        _multi_head(node, ctx)
+        return
     attrs = node.attrs
     for unsupported in ("do_rotary", "past_present_share_buffer"):
         if int(attrs.get(unsupported, 0)):
@@ -114,23 +176,8 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     if past is not None:
         k = b.concat([b.squeeze(b.slice(past, [0], [1], [0]), [0]), k], 2)
         v = b.concat([b.squeeze(b.slice(past, [1], [2], [0]), [0]), v], 2)
-    scale = attrs.get("scale")
-    scale = float(scale) if scale is not None else 1.0 / float(np.sqrt(hq // heads))
-    scores = b.op("Mul", [b.op("MatMul", [q, b.transpose(k, [0, 1, 3, 2])]), np.array(scale, dtype)])
-    filter_value = float(attrs.get("mask_filter_value", DEFAULT_MASK_FILTER))
-    q_len, total = b.slice(b.shape(q), [2], [3], [0]), b.slice(b.shape(k), [2], [3], [0])
-    mask = optional_input(node, 3)
-    if mask is not None:
-        keep = _key_mask(b, mask, x, total)
-        scores = b.op("Add", [scores, _penalty(b, b.op("Not", [keep], dtype=np.bool_), filter_value, dtype)])
-    if int(attrs.get("unidirectional", 0)):  # a later key is out whatever the mask says: the type's lowest value
-        scores = b.op("Where", [_causal(b, q_len, total), np.array(np.finfo(dtype).min, dtype), scores], dtype=dtype)
-    attention_bias = optional_input(node, 5)
-    if attention_bias is not None:
-        scores = b.op("Add", [scores, attention_bias])
-    probs = b.op("Softmax", [scores], {"axis": -1} if ctx.opset >= 13 else {"axis": 3})
-    out = b.transpose(b.op("MatMul", [probs, v]), [0, 2, 1, 3])
-    replace_tensor(ctx.graph, node.outputs[0], b.reshape(out, np.array([0, 0, hv], np.int64)))
+    out = _attend(ctx, node, q, k, v, x, optional_input(node, 3), optional_input(node, 5), hq // heads, hv, dtype)
+    replace_tensor(ctx.graph, node.outputs[0], out)
     if len(node.outputs) > 1 and used(node.outputs[1], ctx.graph):
         if past is None:
             raise Skip("present is read but there is no past (onnxruntime requires both)")
@@ -139,11 +186,13 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="contrib-attention-lower",
-    summary="Lower onnxruntime's com.microsoft Attention (packed QKV, masks, past/present) to MatMul/Softmax/MatMul.",
-    ops=frozenset({"Attention"}),
+    summary="Lower onnxruntime's com.microsoft Attention (packed QKV, masks, past/present) and MultiHeadAttention (3-D Q/K/V) to MatMul/Softmax/MatMul.",
+    ops=frozenset({"Attention", "MultiHeadAttention"}),
     rules=(
         Rule(NO_IMPORTER, "all", "onnxruntime contrib Attention (packed QKV weights): no TensorRT importer", microsoft,
-             error="unsupported-op-plugin-fallback-generic", evidence=NO_CONTRIB_IMPORTER),
+             ops=frozenset({"Attention"}), error="unsupported-op-plugin-fallback-generic", evidence=NO_CONTRIB_IMPORTER),
+        Rule(NO_IMPORTER, "all", "onnxruntime contrib MultiHeadAttention: no TensorRT importer", microsoft,
+             ops=frozenset({"MultiHeadAttention"}), error="unsupported-op-plugin-fallback-generic", evidence=NO_CONTRIB_IMPORTER),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",
