@@ -45,6 +45,7 @@ from graphfix.passes import (
     mod_decompose,
     onehot_decompose,
     pad_to_concat,
+    qoperator_to_qdq,
     range_bound,
     range_inputs,
     reduce_axes_input,
@@ -78,6 +79,7 @@ PIPELINE: tuple[ModuleType, ...] = (
     contrib_matmul_lower,
     contrib_attention_lower,
     contrib_rotary_lower,
+    qoperator_to_qdq,
     if_inline,
     fold_weights,
     topk_constant_k,  # after fold-weights, which folds a K that is constant
