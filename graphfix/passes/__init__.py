@@ -30,6 +30,7 @@ from graphfix.passes import (
     contrib_rotary_lower,
     cumprod_decompose,
     cumsum_decompose,
+    deformconv_decompose,
     dft_decompose,
     einsum_to_matmul,
     fold_clip,
@@ -89,6 +90,7 @@ PIPELINE: tuple[ModuleType, ...] = (
     scatternd_decompose,  # before scatternd-cast: this one owns the runtime-index reductions
     scatterelements_decompose,
     gridsample_decompose,
+    deformconv_decompose,
     col2im_to_convtranspose,
     resize_cubic,
     scatternd_cast,
