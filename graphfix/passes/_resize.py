@@ -1,4 +1,4 @@
-"""What the Resize rewrites share (resize-cubic, resize-nearest-gather): the attributes, the
+"""What the Resize rewrites share (resize-cubic, resize-nearest-mode): the attributes, the
 static plan of each resized axis (lengths, scales, roi) and input coordinates computed the way
 onnxruntime computes them (what verification compares against). Here so that no pass module
 imports another."""

@@ -1,5 +1,5 @@
-"""resize-nearest-gather: a nearest Resize whose coordinate/rounding combination the parser
-refuses, as one constant-index Gather per resized axis.
+"""resize-nearest-mode: a nearest Resize whose coordinate/rounding combination the parser
+refuses, as the same Resize in an accepted combination, or as constant-index Gathers.
 
 Why: every importer from 8.0-GA to 10.1-GA and main asserts ``transformationMode !=
 "tf_half_pixel_for_nn" || nearest_mode == "round_prefer_floor"`` ("This version of TensorRT only
@@ -10,7 +10,14 @@ Keras ``UpSampling2D``/``Resizing(interpolation="nearest")`` with half-pixel cen
 ``coordinate_transformation_mode=tf_half_pixel_for_nn, nearest_mode=floor`` (fixtures/real
 tf2onnx_resize_nearest_op13/op17).
 
-How: with static input lengths and output sizes (tf2onnx's constant ``scales``), the input index
+How, for ``nearest_mode=floor`` (what tf2onnx writes): the same Resize with
+``coordinate_transformation_mode=half_pixel, nearest_mode=round_prefer_ceil``, the same pixels
+exactly: ``floor(t) == round_half_up(t - 0.5)`` and half_pixel's coordinate is tf_half_pixel_for_nn's
+``t = (i + 0.5) / scale`` minus 0.5, a subtraction float32 does exactly below 2^22 (the form the
+check's finding proposes; it keeps the native resize layer and works at any input size).
+
+Otherwise (``ceil``, ``round_prefer_ceil``, which no attribute pair reproduces), with static input
+lengths and output sizes (tf2onnx's constant ``scales``), the input index
 of every output index is a constant: the coordinate as onnxruntime computes it in float32
 (``(i + 0.5) / scale`` for tf_half_pixel_for_nn; every other mode too, shared with resize-cubic),
 rounded by ``nearest_mode`` as onnxruntime rounds (floor, ceil, round_prefer_floor: ties down,
@@ -18,8 +25,8 @@ round_prefer_ceil: ties up) and clamped to ``[0, in - 1]``. Each resized axis be
 ``Gather(x, indices, axis)``; an axis whose scale is 1 is copied, as onnxruntime does whatever the
 mode. Gather with constant indices has an importer in every release, for any data type.
 
-Left out (findings): lengths or sizes known only at run time (export at a fixed size, or
-``--fix-shapes``), ``tf_crop_and_resize`` (its extrapolation value).
+Left out (findings): ``ceil``/``round_prefer_ceil`` with lengths or sizes known only at run time
+(export at a fixed size, or ``--fix-shapes``), ``tf_crop_and_resize`` (its extrapolation value).
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ def _refused_combination(node: gs.Node, ctx: Context) -> bool:
 
 
 def _nearest(node: gs.Node, ctx: Context) -> bool:
-    """What ``--force resize-nearest-gather`` rewrites: any nearest Resize (tests use every mode)."""
+    """What ``--force resize-nearest-mode`` rewrites: any nearest Resize (tests use every mode)."""
     return attr(node, "mode", "nearest") == "nearest"
 
 
@@ -63,6 +70,12 @@ def indices(length_in: int, length_out: int, scale: float, mode: str, nearest: s
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
+    if (attr(node, "coordinate_transformation_mode", "half_pixel") == "tf_half_pixel_for_nn"
+            and attr(node, "nearest_mode", "round_prefer_floor") == "floor"):
+        # floor(t) == round_half_up(t - 0.5): half_pixel's coordinate is t - 0.5, exact in float32
+        attrs = {**node.attrs, "coordinate_transformation_mode": "half_pixel", "nearest_mode": "round_prefer_ceil"}
+        replace_tensor(ctx.graph, node.outputs[0], ctx.builder.op("Resize", list(node.inputs), attrs, dtype=node.inputs[0].dtype))
+        return
     plan = Plan(node, ctx)
     if plan.mode == "tf_crop_and_resize":
         raise Skip("tf_crop_and_resize is not rewritten (its extrapolation value)")
@@ -78,8 +91,8 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 
 PASS = Pass(
-    name="resize-nearest-gather",
-    summary="Rewrite a nearest Resize the parser refuses (tf_half_pixel_for_nn with floor/ceil rounding) into constant-index Gathers.",
+    name="resize-nearest-mode",
+    summary="Rewrite a nearest Resize the parser refuses (tf_half_pixel_for_nn with floor: half_pixel + round_prefer_ceil; other roundings: constant-index Gathers).",
     ops=frozenset({"Resize"}),
     rules=(
         Rule(LIMIT, ">=8.0", "Resize tf_half_pixel_for_nn needs nearest_mode round_prefer_floor (\"This version of TensorRT "
