@@ -46,6 +46,7 @@ from graphfix.passes import (
     mod_decompose,
     onehot_decompose,
     pad_to_concat,
+    qdq_uint8_to_int8,
     qoperator_to_qdq,
     range_bound,
     range_inputs,
@@ -82,6 +83,7 @@ PIPELINE: tuple[ModuleType, ...] = (
     contrib_attention_lower,
     contrib_rotary_lower,
     qoperator_to_qdq,
+    qdq_uint8_to_int8,  # after qoperator-to-qdq, whose Q/DQ keep the QOperator model's UINT8 zero points
     if_inline,
     fold_weights,
     topk_constant_k,  # after fold-weights, which folds a K that is constant
