@@ -116,6 +116,18 @@ def _attend(ctx: Context, node: gs.Node, q: gs.Tensor, k: gs.Tensor, v: gs.Tenso
     return b.reshape(out, np.array([0, 0, hv], np.int64))
 
 
+def _hidden_sizes(q: gs.Tensor, k: gs.Tensor, v: gs.Tensor, bias: gs.Tensor | None) -> tuple[int, int, int]:
+    """Q/K/V hidden sizes: their static last dims, or (onnx's inference types nothing after another
+    contrib op) thirds of the bias, which is the three biases one after another."""
+    dims = [t.shape[2] if t.shape is not None else None for t in (q, k, v)]
+    if all(isinstance(d, (int, np.integer)) for d in dims):
+        return int(dims[0]), int(dims[1]), int(dims[2])
+    length = bias.shape[0] if bias is not None and bias.shape is not None and len(bias.shape) == 1 else None
+    if isinstance(length, (int, np.integer)) and length % 3 == 0 and all(d in (None, length // 3) for d in dims):
+        return (int(length) // 3,) * 3
+    raise Skip("the query/key/value hidden sizes are not static (and there is no bias to read them from)")
+
+
 def _multi_head(node: gs.Node, ctx: Context) -> None:
     """MultiHeadAttention with separate 3-D query/key/value ``[B, S|L, hidden]``."""
     if any(optional_input(node, i) is not None for i in (8, 9)):
@@ -123,14 +135,13 @@ def _multi_head(node: gs.Node, ctx: Context) -> None:
     if len(node.outputs) > 3 and used(node.outputs[3], ctx.graph):
         raise Skip("the qk output is read")
     q, k, v = node.inputs[0], optional_input(node, 1), optional_input(node, 2)
-    if k is None or v is None or any(t.shape is None or len(t.shape) != 3 for t in (q, k, v)):
+    if k is None or v is None or any(t.shape is not None and len(t.shape) != 3 for t in (q, k, v)):
         raise Skip("only separate 3-D query/key/value are lowered (not packed QKV/KV or 4-D key/value caches)")
     dtype = float_type(node, 0, 1, 2, 3)
     heads = int(node.attrs.get("num_heads", 0))
-    hq, hk, hv = q.shape[2], k.shape[2], v.shape[2]
-    if heads <= 0 or not all(isinstance(d, (int, np.integer)) and d % heads == 0 for d in (hq, hk, hv)):
-        raise Skip("num_heads must divide static query/key/value hidden sizes")
-    hq, hk, hv = int(hq), int(hk), int(hv)
+    hq, hk, hv = _hidden_sizes(q, k, v, optional_input(node, 3))
+    if heads <= 0 or any(d % heads for d in (hq, hk, hv)):
+        raise Skip(f"num_heads {heads} must divide the query/key/value hidden sizes {hq}/{hk}/{hv}")
     b = ctx.builder
     bias = optional_input(node, 3)
     if bias is not None:

@@ -178,7 +178,10 @@ def _embed_layer_norm(node: gs.Node, ctx: Context) -> None:
     if len(node.outputs) > 1 and used(node.outputs[1], ctx.graph):
         if int(node.attrs.get("mask_index_type", 1)) != 1:
             raise Skip("mask_index is read but mask_index_type is not 1")
-        replace_tensor(ctx.graph, node.outputs[1], _mask_index(b, ids, mask))
+        mask_index = node.outputs[1]
+        replace_tensor(ctx.graph, mask_index, _mask_index(b, ids, mask))
+        if mask_index.shape is None:  # [batch]: contrib-attention-lower reads its rank to tell the mask's form
+            mask_index.shape = [ids.shape[0] if ids.shape else "batch"]
     _replace_if_used(ctx, node, 2, lambda: s)
 
 
