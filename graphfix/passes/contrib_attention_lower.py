@@ -91,7 +91,9 @@ def _causal(b: Builder, q_len: gs.Tensor, total: gs.Tensor) -> gs.Tensor:
 
 
 def _penalty(b: Builder, hidden: gs.Tensor, value: float, dtype: np.dtype) -> gs.Tensor:
-    """``value`` where ``hidden`` is true, 0 elsewhere."""
+    """``value`` where ``hidden`` is true, 0 elsewhere (a filter value beyond the type's range, as
+    optimum writes float32's lowest into fp16 models, is the type's lowest)."""
+    value = max(value, float(np.finfo(dtype).min))
     return b.op("Where", [hidden, np.array(value, dtype), np.array(0, dtype)], dtype=dtype)
 
 
