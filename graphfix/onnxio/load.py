@@ -15,6 +15,7 @@ from graphfix.errors import GraphfixError, first_line
 from graphfix.onnxio import external as external_mod
 from graphfix.onnxio import parse
 from graphfix.onnxio.collector import collector_off
+from graphfix.onnxio.dims import DeclaredDims
 from graphfix.onnxio.paths import read_plan
 from graphfix.onnxio.validate import check_graph
 
@@ -22,7 +23,14 @@ from graphfix.onnxio.validate import check_graph
 def load_model(path: str | os.PathLike, checker: bool = True,
                early: Callable[[onnx.ModelProto], None] | None = None) -> onnx.ModelProto:
     """Read and structurally check a model; every failure is a GraphfixError naming the file.
-    ``checker`` and ``early``: as :func:`~graphfix.onnxio.validate.check_graph`'s."""
+    ``checker`` and ``early``: as :func:`~graphfix.onnxio.validate.check_graph`'s. Declared dims
+    of -1 or 0 come back cleared (:func:`load_working` also says which they were)."""
+    return load_working(path, checker, early)[0]
+
+
+def load_working(path: str | os.PathLike, checker: bool = True,
+                 early: Callable[[onnx.ModelProto], None] | None = None) -> tuple[onnx.ModelProto, DeclaredDims]:
+    """:func:`load_model`, and the declared dims of -1 or 0 it cleared (for the written model)."""
     p = Path(path)
     if not p.exists():
         raise GraphfixError("no such file", str(p))
@@ -37,8 +45,8 @@ def load_model(path: str | os.PathLike, checker: bool = True,
     if not model.graph.node and not model.graph.output:
         raise GraphfixError("not an ONNX model (no graph, no outputs)", str(p))
     with collector_off():  # the walk makes a Python object per node, attribute and tensor, keeps none
-        check_graph(model, str(p), checker, early)
-    return model
+        declared = check_graph(model, str(p), checker, early)
+    return model, declared
 
 
 def _check_source(p: Path) -> None:

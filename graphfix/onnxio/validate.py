@@ -13,6 +13,8 @@ import onnx
 
 from graphfix.errors import GraphfixError, first_line
 from graphfix.onnxio import paths
+from graphfix.onnxio.dims import DeclaredDims
+from graphfix.onnxio.dims import clear as clear_odd_dims
 from graphfix.onnxio.external import has_external
 from graphfix.onnxio.ir import MIN_OPSET, default_opset, runtime_compatible
 from graphfix.onnxio.proto import (
@@ -30,19 +32,21 @@ from graphfix.onnxio.proto import (
 
 
 def check_graph(model: onnx.ModelProto, where: str, checker: bool = True,
-                early: Callable[[onnx.ModelProto], None] | None = None) -> None:
+                early: Callable[[onnx.ModelProto], None] | None = None) -> DeclaredDims:
     """Reject graphs graphfix cannot rewrite safely: unsupported opset, cycles, dangling inputs.
     ``checker=False``: all but onnx.checker, which the caller runs (:func:`reject_checker_problem`),
     e.g. in graphfix's worker beside the import. ``early``: called once the graph's declared
-    shapes are sane (onnx's inference aborts the process on a negative dim), before the walk over
-    every node: what it starts elsewhere runs meanwhile."""
-    _check_domains(model, where, early)
+    shapes are sane (dims of -1 and 0 cleared, :mod:`graphfix.onnxio.dims`), before the walk over
+    every node: what it starts elsewhere runs meanwhile. Changes ``model``: declared dims of -1
+    or 0 are cleared (returned, for the written model to get them back)."""
+    declared = _check_domains(model, where, early)
     opset = default_opset(model)
     newest = onnx.defs.onnx_opset_version()
     if not MIN_OPSET <= opset <= newest:
         raise GraphfixError(f"unsupported opset {opset} (graphfix handles {MIN_OPSET}..{newest})", where)
     if checker:
         reject_checker_problem(model, where, checker_problem(model))
+    return declared
 
 
 def reject_checker_problem(model: onnx.ModelProto, where: str, problem: str | None) -> None:
@@ -107,9 +111,11 @@ def _complaint(check) -> str | None:
     return None
 
 
-def _check_domains(model: onnx.ModelProto, where: str, early: Callable[[onnx.ModelProto], None] | None = None) -> None:
+def _check_domains(model: onnx.ModelProto, where: str,
+                   early: Callable[[onnx.ModelProto], None] | None = None) -> DeclaredDims:
     """What onnx.checker lets through but graphfix cannot work on: no standard opset (a model of
-    ai.onnx.ml only), negative declared dims, more than protobuf's 2 GiB."""
+    ai.onnx.ml only), undecodable names and types, more than protobuf's 2 GiB. Declared dims of
+    -1 or 0 are not refused (onnxruntime runs such models): cleared, and returned."""
     bad = _undecodable_field(model)
     if bad:
         raise GraphfixError(f"invalid model: {bad} is not valid UTF-8", where)
@@ -118,6 +124,7 @@ def _check_domains(model: onnx.ModelProto, where: str, early: Callable[[onnx.Mod
         only = f"only {others}" if others else "its opset_import list is empty"
         raise GraphfixError(f"imports no standard ONNX opset ({only}); graphfix rewrites standard ONNX operators", where)
 
+    declared = clear_odd_dims(model)
     problem = _declared_problem(model.graph)
     if not problem and early is not None:
         early(model)
@@ -126,6 +133,9 @@ def _check_domains(model: onnx.ModelProto, where: str, early: Callable[[onnx.Mod
         raise GraphfixError(f"invalid graph: {problem}", where)
     if estimated_size(model) > paths.MAX_MODEL_BYTES:
         raise GraphfixError("model is larger than protobuf's 2 GiB limit; graphfix handles models up to 2 GiB for now", where)
+    return declared
+
+
 #: Typed data field of each element type, and how many entries one element takes there.
 _FIELDS = {
     _T.FLOAT: ("float_data", 1), _T.COMPLEX64: ("float_data", 2), _T.DOUBLE: ("double_data", 1),
@@ -161,9 +171,6 @@ def _declared_problem(graph: onnx.GraphProto) -> str | None:
             if not isinstance(vi.name, str):
                 return f"a tensor name is not valid UTF-8 ({vi.name[:40]!r})"
             if vi.type.HasField("tensor_type"):
-                dims = [d.dim_value for d in vi.type.tensor_type.shape.dim if d.dim_value < 0]
-                if dims:
-                    return f"{kind} '{vi.name}' declares dimension {dims[0]} (dimensions are >= 0)"
                 if vi.type.tensor_type.elem_type not in _ELEMENT_TYPES or (kind == "input" and vi.type.tensor_type.elem_type == _T.UNDEFINED):
                     return f"{kind} '{vi.name}' declares an unknown element type ({vi.type.tensor_type.elem_type})"
                 if len(vi.type.tensor_type.shape.dim) > MAX_RANK:
@@ -174,8 +181,7 @@ def _declared_problem(graph: onnx.GraphProto) -> str | None:
 def _graph_problem(graph: onnx.GraphProto, declared: bool = True) -> str | None:
     """One walk over the graph and its subgraphs for what would break graphfix later: a name
     protobuf could not decode as UTF-8 (it hands back bytes; a corrupt file), a string attribute
-    that is not UTF-8 (the importer decodes them), a declared dimension
-    below 0 (onnx's shape inference aborts the process on those), an initializer or Constant value
+    that is not UTF-8 (the importer decodes them), an initializer or Constant value
     whose data does not hold prod(dims) elements (numpy's reshape would fail inside a pass).
     ``declared=False``: the graph's own inputs, outputs and value_info are checked already."""
     found = _declared_problem(graph) if declared else None
