@@ -13,6 +13,7 @@ import onnx
 from graphfix.errors import OnnxruntimeDied
 from graphfix.fs import transaction as transaction_mod
 from graphfix.onnxio import dims as dims_mod
+from graphfix.onnxio import domains as domains_mod
 from graphfix.onnxio import paths
 from graphfix.onnxio.load import load_working
 from graphfix.onnxio.proto import Assembled
@@ -199,7 +200,7 @@ def fix(
     outcome.base_dir = settings.base_dir
     if declared:
         outcome.fixed = _with_declarations(outcome.fixed, declared)
-        outcome.report.notes[:0] = declared.notes()
+    outcome.report.notes[:0] = [*declared.notes(), *domains_mod.notes(model)]
     _describe_inputs(outcome.report, model, outcome.feeds, loaded=inputs is not None)
     result = FixResult(outcome.report, outcome)
     if output is not None:

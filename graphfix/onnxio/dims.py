@@ -64,14 +64,15 @@ def _infos(graph: onnx.GraphProto) -> Iterator[tuple[str, onnx.ValueInfoProto]]:
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+def graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and the bodies of its control-flow nodes, at any depth."""
     yield graph
     for n in graph.node:
         if n.op_type not in _CONTROL_FLOW:
             continue
         for a in n.attribute:
             for sub in [a.g] if a.HasField("g") else list(a.graphs):
-                yield from _graphs(sub)
+                yield from graphs(sub)
 
 
 def _odd(d: onnx.TensorShapeProto.Dimension) -> bool:
@@ -82,7 +83,7 @@ def clear(model: onnx.ModelProto, top_only: bool = False) -> DeclaredDims:
     """Clear every declared dim below 1 of ``model`` in place (the graph's inputs, outputs and
     value_info, subgraphs too unless ``top_only``); what they were."""
     found = DeclaredDims()
-    for g in [model.graph] if top_only else _graphs(model.graph):
+    for g in [model.graph] if top_only else graphs(model.graph):
         for kind, vi in _infos(g):
             if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
                 continue
@@ -96,7 +97,7 @@ def clear(model: onnx.ModelProto, top_only: bool = False) -> DeclaredDims:
 
 def has_odd_dims(model: onnx.ModelProto) -> bool:
     """Whether :func:`clear` would change ``model`` (without changing it)."""
-    return any(_odd(d) for g in _graphs(model.graph) for _, vi in _infos(g)
+    return any(_odd(d) for g in graphs(model.graph) for _, vi in _infos(g)
                if vi.type.HasField("tensor_type") for d in vi.type.tensor_type.shape.dim)
 
 
@@ -115,7 +116,7 @@ def restore(model: onnx.ModelProto, declared: DeclaredDims) -> None:
     axis unset (a rewrite or a --fix-shapes value that set it wins)."""
     if not declared:
         return
-    for g in _graphs(model.graph):
+    for g in graphs(model.graph):
         for _, vi in _infos(g):
             axes = declared.dims.get(vi.name)
             if not axes or not vi.type.HasField("tensor_type"):

@@ -15,6 +15,7 @@ from graphfix.errors import GraphfixError, first_line
 from graphfix.onnxio import paths
 from graphfix.onnxio.dims import DeclaredDims
 from graphfix.onnxio.dims import clear as clear_odd_dims
+from graphfix.onnxio.domains import checkable, move_contrib_ops
 from graphfix.onnxio.external import has_external
 from graphfix.onnxio.ir import MIN_OPSET, default_opset, runtime_compatible
 from graphfix.onnxio.proto import (
@@ -56,10 +57,13 @@ def reject_checker_problem(model: onnx.ModelProto, where: str, problem: str | No
 
 def checker_input(model: onnx.ModelProto) -> tuple[bytes, bool]:
     """What onnx.checker is given: the model's bytes, or (above 64 MB, or with external data) the
-    weightless model's with stub external data, to be checked from a file (``True``)."""
+    weightless model's with stub external data, to be checked from a file (``True``); onnxruntime's
+    ONNX-domain contrib ops moved out of its way (:mod:`graphfix.onnxio.domains`)."""
     if not checks_weightless(model):
-        return model.SerializeToString(), False
-    return weightless(model, external_stubs=True).SerializeToString(), True
+        return checkable(model).SerializeToString(), False
+    stub = weightless(model, external_stubs=True)
+    move_contrib_ops(stub)
+    return stub.SerializeToString(), True
 
 
 def checks_weightless(model: onnx.ModelProto) -> bool:
