@@ -25,6 +25,7 @@ from graphfix.analysis.origin import DATA, SHAPE_INPUTS, ValueOrigins
 from graphfix.check.errors import bare_text
 from graphfix.graph import Builder, is_weights, tensor_dtype, to_graph
 from graphfix.graph.importer import all_graphs
+from graphfix.onnxio.domains import ORT_ONNX_DOMAIN_OPS
 from graphfix.onnxio.ir import default_opset
 from graphfix.passes.base import Context
 from graphfix.trt import support
@@ -191,10 +192,12 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
                        "aten-fallback-node", _fixing_pass(node, ctx), rule="no-importer", evidence="operator table (no ATen op)")
         return
     if domain not in ("", "ai.onnx"):
-        yield _finding(node, BLOCKING, f"custom-domain op {domain}::{node.op} needs a TensorRT plugin library loaded at build time",
-                       "custom-domain-op-plugin-library-missing")
+        yield _plugin_finding(node, f"custom-domain op {domain}::{node.op}", release, ctx)
         return
     entry = support.op_support(node.op, release)
+    if node.op in ORT_ONNX_DOMAIN_OPS and not node.op.endswith("_TRT") and (entry is None or not entry.supported):
+        yield _plugin_finding(node, f"{node.op}, an onnxruntime contrib op in the ONNX domain (no ONNX operator),", release, ctx)
+        return
     if entry is None or not entry.supported:
         fixer = _fixing_pass(node, ctx)
         source = "importer source" if entry is not None else "operator table (op not listed for this release)"
@@ -221,6 +224,37 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
     if not claimed:
         yield from _shape_tensor_findings(node, origins)
         yield from _type_findings(node, entry, release)
+
+
+#: Where the parser sends an op it has no importer for, whatever the node's domain.
+PLUGIN_EVIDENCE = ("importer source: ModelImporter.cpp dispatches on op_type alone and sends an op without an importer "
+                   "to FallbackPluginImporter, which asserts 'Plugin not found' unless a plugin creator of that name is "
+                   "registered (builtin_op_importers.cpp on 8.5-GA/8.6-GA, onnxOpImporters.cpp on 10.1-GA)")
+
+
+def plugin_messages(op: str) -> str:
+    """What a build log says for an op that has no importer and no plugin (the parser's words,
+    onnx-tensorrt 8.5-GA to 10.1-GA)."""
+    return (f"No importer registered for op: {op}. Attempting to import as plugin. "
+            f"Searching for plugin: {op}, plugin_version: 1, plugin_namespace: ... "
+            "Plugin not found, are the plugin name, version, and namespace correct?")
+
+
+def _plugin_finding(node: gs.Node, what: str, release: support.Release, ctx: Context) -> CheckFinding:
+    """An op the parser can only take as a plugin (onnxruntime's contrib ops, other custom
+    domains): blocking unless a plugin library registers it. A pass whose ``match`` takes the node
+    (a lowering of onnxruntime's contrib ops) is named as its fix."""
+    fixer = _fixing_pass(node, ctx)
+    lowered = f"graphfix's {fixer} rewrites it" if fixer else "no graphfix pass lowers it to ONNX ops yet"
+    finding = _finding(node, BLOCKING, f"{what} needs a TensorRT plugin library loaded at build time: TensorRT "
+                       f"{release.key}'s parser has no importer for it and looks for a plugin named {node.op}; {lowered}",
+                       "custom-domain-op-plugin-library-missing", fixer, rule="no-importer", evidence=PLUGIN_EVIDENCE)
+    finding.error_text = plugin_messages(node.op)
+    onnxruntime = node.op in ORT_ONNX_DOMAIN_OPS or (node.domain or "").startswith("com.microsoft")
+    made = (f"the fusion that wrote {node.op} (onnxruntime's transformer optimizer or quantizer output)" if onnxruntime
+            else f"the custom op {node.op}")
+    finding.upstream = f"export the model without {made}, or load a plugin library that registers {node.op} (trtexec --plugins=)"
+    return finding
 
 
 @functools.cache
