@@ -13,7 +13,6 @@ import onnx
 from graphfix.errors import OnnxruntimeDied
 from graphfix.fs import transaction as transaction_mod
 from graphfix.onnxio import dims as dims_mod
-from graphfix.onnxio import domains as domains_mod
 from graphfix.onnxio import paths
 from graphfix.onnxio.load import load_working
 from graphfix.onnxio.proto import Assembled
@@ -170,9 +169,9 @@ def fix(
     try:
         if isinstance(model, onnx.ModelProto):
             model = dims_mod.owned(model)
-            declared = check_graph(model, pending.where, checker=False, early=pending.submit)
+            accepted = check_graph(model, pending.where, checker=False, early=pending.submit)
         else:
-            model, declared = load_working(model, checker=False, early=pending.submit)
+            model, accepted = load_working(model, checker=False, early=pending.submit)
         checks = pending.loaded(model)
     except BaseException:
         pending.cancel()
@@ -198,9 +197,9 @@ def fix(
             checks.after_failure(exc)  # load_model's order: the checker's complaint first
         raise
     outcome.base_dir = settings.base_dir
-    if declared:
-        outcome.fixed = _with_declarations(outcome.fixed, declared)
-    outcome.report.notes[:0] = [*declared.notes(), *domains_mod.notes(model)]
+    if accepted.declared:
+        outcome.fixed = _with_declarations(outcome.fixed, accepted.declared)
+    outcome.report.notes[:0] = accepted.notes
     _describe_inputs(outcome.report, model, outcome.feeds, loaded=inputs is not None)
     result = FixResult(outcome.report, outcome)
     if output is not None:

@@ -36,6 +36,10 @@ class DeclaredDims:
     def __bool__(self) -> bool:
         return bool(self.dims)
 
+    def update(self, other: DeclaredDims) -> None:
+        self.dims.update(other.dims)
+        self.kinds.update(other.kinds)
+
     def notes(self) -> list[str]:
         """One line per declared value (-1, 0), naming the first few tensors."""
         lines = []
@@ -82,8 +86,13 @@ def _odd(d: onnx.TensorShapeProto.Dimension) -> bool:
 def clear(model: onnx.ModelProto, top_only: bool = False) -> DeclaredDims:
     """Clear every declared dim below 1 of ``model`` in place (the graph's inputs, outputs and
     value_info, subgraphs too unless ``top_only``); what they were."""
+    return clear_subgraph_dims([model.graph] if top_only else graphs(model.graph))
+
+
+def clear_subgraph_dims(bodies) -> DeclaredDims:
+    """:func:`clear` on these graphs alone (the load's walk over every node found them)."""
     found = DeclaredDims()
-    for g in [model.graph] if top_only else graphs(model.graph):
+    for g in bodies:
         for kind, vi in _infos(g):
             if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
                 continue

@@ -6,12 +6,14 @@ onnx.checker knows the ONNX domain's ops only: a node of another domain it skips
 onnxruntime registers in the ONNX domain (``SimplifiedLayerNormalization``, which onnxruntime's
 transformer optimizer writes for Llama-style models) fails the whole check with "No Op registered
 for SimplifiedLayerNormalization with domain_version of N", before the checker sees the rest of
-the graph. The checker's copy of the model (:func:`checkable`) has those nodes in the
-``com.microsoft`` domain, where the checker skips them as it skips onnxruntime's other contrib ops.
+the graph. When the checker stops there, it checks a copy with those nodes in the ``com.microsoft``
+domain (:func:`without_contrib_ops`), where it skips them as it skips onnxruntime's other
+contrib ops; onnx's shape inference leaves their outputs untyped and goes on.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import onnx
@@ -40,9 +42,8 @@ def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
 
 def onnx_domain_contrib_ops(model: onnx.ModelProto) -> list[str]:
     """The onnxruntime-only ops of the ONNX domain that ``model`` uses, in first-use order."""
-    standard = set(_STANDARD)
     return list(dict.fromkeys(n.op_type for n in _nodes(model.graph)
-                              if n.op_type in ORT_ONNX_DOMAIN_OPS and n.domain in standard))
+                              if n.op_type in ORT_ONNX_DOMAIN_OPS and n.domain in _STANDARD))
 
 
 def move_contrib_ops(model: onnx.ModelProto) -> bool:
@@ -58,34 +59,31 @@ def move_contrib_ops(model: onnx.ModelProto) -> bool:
     return moved
 
 
-def checkable(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model``, or (it has onnxruntime-only ops in the ONNX domain) a copy onnx.checker can
-    check: those nodes moved to ``com.microsoft``."""
-    if not onnx_domain_contrib_ops(model):
-        return model
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    move_contrib_ops(copy)
-    return copy
+#: onnx.checker's complaint about an op it has no schema for.
+_NO_OP = re.compile(r"No Op registered for (?P<op>\w+) with domain_version")
 
 
-def unused_domains(model: onnx.ModelProto) -> list[str]:
-    """Imported domains besides the standard one that no node (nor a local function) uses."""
-    used = {n.domain for n in _nodes(model.graph)} | {f.domain for f in model.functions}
-    for f in model.functions:
-        used.update(n.domain for n in f.node)
-    return [imp.domain for imp in model.opset_import if imp.domain not in _STANDARD and imp.domain not in used]
+def without_contrib_ops(data: bytes, complaint: str) -> bytes | None:
+    """The checker's input again, with onnxruntime's ONNX-domain ops moved out of its way, when
+    ``complaint`` is about one of them; None when it is about anything else."""
+    m = _NO_OP.search(complaint)
+    if m is None or m.group("op") not in ORT_ONNX_DOMAIN_OPS:
+        return None
+    model = onnx.load_from_string(data)
+    return model.SerializeToString() if move_contrib_ops(model) else None
 
 
-def notes(model: onnx.ModelProto) -> list[str]:
-    """What the report says about these (nothing when the model has neither)."""
+def notes(model: onnx.ModelProto, ops: set[str], used: set[str]) -> list[str]:
+    """What the report says about these, from the op types and node domains the load's walk met
+    (nothing when the model has neither)."""
     lines = []
-    contrib = onnx_domain_contrib_ops(model)
+    contrib = sorted(ops & ORT_ONNX_DOMAIN_OPS)
     if contrib:
         lines.append(f"{', '.join(contrib)}: onnxruntime-only op(s) in the ONNX domain; onnx.checker does not know "
                      f"{'it' if len(contrib) == 1 else 'them'} (\"No Op registered\"), onnxruntime runs "
                      f"{'it' if len(contrib) == 1 else 'them'}: the checker checked the rest of the model")
-    unused = unused_domains(model)
+    used = used | {f.domain for f in model.functions} | {n.domain for f in model.functions for n in f.node}
+    unused = [imp.domain for imp in model.opset_import if imp.domain not in _STANDARD and imp.domain not in used]
     if unused:
         lines.append(f"the model imports domain(s) no node uses ({', '.join(unused)}): ignored")
     return lines

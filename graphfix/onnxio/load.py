@@ -15,9 +15,8 @@ from graphfix.errors import GraphfixError, first_line
 from graphfix.onnxio import external as external_mod
 from graphfix.onnxio import parse
 from graphfix.onnxio.collector import collector_off
-from graphfix.onnxio.dims import DeclaredDims
 from graphfix.onnxio.paths import read_plan
-from graphfix.onnxio.validate import check_graph
+from graphfix.onnxio.validate import Accepted, check_graph
 
 
 def load_model(path: str | os.PathLike, checker: bool = True,
@@ -29,8 +28,9 @@ def load_model(path: str | os.PathLike, checker: bool = True,
 
 
 def load_working(path: str | os.PathLike, checker: bool = True,
-                 early: Callable[[onnx.ModelProto], None] | None = None) -> tuple[onnx.ModelProto, DeclaredDims]:
-    """:func:`load_model`, and the declared dims of -1 or 0 it cleared (for the written model)."""
+                 early: Callable[[onnx.ModelProto], None] | None = None) -> tuple[onnx.ModelProto, Accepted]:
+    """:func:`load_model`, and what it accepted that onnx's tools alone trip on: the declared dims
+    of -1 or 0 it cleared (for the written model) and the notes for the report."""
     p = Path(path)
     if not p.exists():
         raise GraphfixError("no such file", str(p))
@@ -45,8 +45,8 @@ def load_working(path: str | os.PathLike, checker: bool = True,
     if not model.graph.node and not model.graph.output:
         raise GraphfixError("not an ONNX model (no graph, no outputs)", str(p))
     with collector_off():  # the walk makes a Python object per node, attribute and tensor, keeps none
-        declared = check_graph(model, str(p), checker, early)
-    return model, declared
+        accepted = check_graph(model, str(p), checker, early)
+    return model, accepted
 
 
 def _check_source(p: Path) -> None:

@@ -18,7 +18,6 @@ import os
 import onnx
 
 from graphfix.errors import GraphfixError, OnnxruntimeDied, first_line
-from graphfix.onnxio.domains import move_contrib_ops
 from graphfix.onnxio.external import has_external
 from graphfix.onnxio.infer import infos_from_bytes, value_infos
 from graphfix.onnxio.proto import weightless
@@ -63,7 +62,6 @@ class LoadChecks:
             return
         try:
             work = weightless(model)
-            move_contrib_ops(work)  # the checker's input, derived in the worker, as checker_input's
             checker = (None, True) if checks_weightless(model) and not has_external(model) else checker_input(model)
             work_bytes = work.SerializeToString()
         except Exception:  # noqa: BLE001 - the checker, here, says what is wrong with it
