@@ -101,9 +101,9 @@ def _domain_of(blocks: list[_Parsing], op: str | None, at: int) -> str | None:
 
 def _plugin_op(text: str, before: int) -> str | None:
     """The op of the last plugin lookup the log names before ``before`` (else after it)."""
-    found = [m for m in _PLUGIN_OP.finditer(text)]
+    found = list(_PLUGIN_OP.finditer(text))
     earlier = [m for m in found if m.start() < before]
-    m = (earlier or found or [None])[-1 if earlier else 0]
+    m = earlier[-1] if earlier else found[0] if found else None
     return None if m is None else next(v for v in m.groupdict().values() if v)
 
 

@@ -27,7 +27,7 @@ from graphfix.graph import Builder, is_weights, tensor_dtype, to_graph
 from graphfix.graph.importer import all_graphs
 from graphfix.onnxio.domains import ORT_ONNX_DOMAIN_OPS
 from graphfix.onnxio.ir import default_opset
-from graphfix.passes.base import Context
+from graphfix.passes.base import WRONG_RESULTS, Context
 from graphfix.trt import support
 from graphfix.trt.versions import TrtVersion
 
@@ -191,10 +191,13 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
         yield _finding(node, BLOCKING, f"ATen fallback node ({node.attrs.get('operator', '?')}): no TensorRT release parses ATen",
                        "aten-fallback-node", _fixing_pass(node, ctx), rule="no-importer", evidence="operator table (no ATen op)")
         return
-    if domain not in ("", "ai.onnx"):
-        yield _plugin_finding(node, f"custom-domain op {domain}::{node.op}", release, ctx)
-        return
     entry = support.op_support(node.op, release)
+    if domain not in ("", "ai.onnx"):
+        if entry is not None and entry.supported:
+            yield _namesake_finding(node, release)
+        else:
+            yield _plugin_finding(node, f"custom-domain op {domain}::{node.op}", release, ctx)
+        return
     if node.op in ORT_ONNX_DOMAIN_OPS and not node.op.endswith("_TRT") and (entry is None or not entry.supported):
         yield _plugin_finding(node, f"{node.op}, an onnxruntime contrib op in the ONNX domain (no ONNX operator),", release, ctx)
         return
@@ -238,6 +241,16 @@ def plugin_messages(op: str) -> str:
     return (f"No importer registered for op: {op}. Attempting to import as plugin. "
             f"Searching for plugin: {op}, plugin_version: 1, plugin_namespace: ... "
             "Plugin not found, are the plugin name, version, and namespace correct?")
+
+
+def _namesake_finding(node: gs.Node, release: support.Release) -> CheckFinding:
+    """A custom-domain op named like an ONNX op the release imports (com.microsoft::Gelu): the
+    parser ignores the domain and imports it as the ONNX op, right only where both mean the same."""
+    return _finding(node, WARNING, f"custom-domain op {node.domain}::{node.op}: TensorRT {release.key}'s parser ignores "
+                    f"the domain and imports it with its ONNX {node.op} importer; the result is right only where "
+                    f"{node.domain}'s {node.op} takes the same inputs and attributes and means the same",
+                    None, rule=WRONG_RESULTS, certain=False,
+                    evidence="importer source: ModelImporter.cpp looks importers up by op_type alone (8.5-GA, 8.6-GA, 10.1-GA)")
 
 
 def _plugin_finding(node: gs.Node, what: str, release: support.Release, ctx: Context) -> CheckFinding:

@@ -78,3 +78,13 @@ def test_a_pass_that_claims_the_domain_is_named_as_the_fix(monkeypatch):
     found = next(f for f in report.findings if f.op == "FastGelu")
     assert "contrib-ops-test rewrites it" in found.message
     assert "contrib-ops-test" in passes_for(report)
+
+
+@pytest.mark.parametrize("op,trt,severity", [("Gelu", "8.6", "blocking"), ("Gelu", "10.1", "warning"),
+                                             ("LayerNormalization", "8.6", "warning"), ("FastGelu", "10.1", "blocking")])
+def test_a_namesake_of_an_imported_onnx_op_is_imported_by_its_importer(op, trt, severity):
+    """ModelImporter.cpp looks the importer up by op_type alone: com.microsoft::Gelu on 10.1 (which
+    imports Gelu) is no plugin lookup, but the ONNX Gelu importer reading a contrib op (a warning)."""
+    (f,) = check_model(_custom(op), trt).findings
+    assert f.severity == severity
+    assert (f.rule, "ignores the domain" in f.message) == (("wrong-results", True) if severity == "warning" else ("no-importer", False))
