@@ -159,6 +159,18 @@ def test_corrupt_but_parseable_models_are_one_line_errors(kind, says, tmp_path, 
     assert src.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx"]
 
 
+def test_a_negative_declared_dim_is_no_longer_refused(tmp_path, capfd):
+    """Once refused as corrupt (onnx's shape inference aborted on some): onnxruntime and TensorRT
+    read a negative dim as dynamic, and older paddle2onnx writes -1 (graphfix.onnxio.dims)."""
+    m = _corrupt("data size")
+    m.graph.initializer[0].dims[0] = 3
+    m.graph.input[0].type.tensor_type.shape.dim[1].dim_value = -3
+    src = save(m, tmp_path / "in.onnx")
+    rc, _, err = run([src, tmp_path / "out.onnx", "--no-verify"], capfd)
+    assert rc == 0 and "Traceback" not in err, err
+    assert onnx.load(str(tmp_path / "out.onnx")).graph.input[0].type.tensor_type.shape.dim[1].dim_value == -3
+
+
 def _string_attribute_model(op: str) -> onnx.ModelProto:
     """A Pad whose mode, or a Conv whose auto_pad, is a byte string that is not UTF-8."""
     if op == "Pad":
