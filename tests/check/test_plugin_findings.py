@@ -11,8 +11,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from graphfix import passes
+from graphfix.analysis.fold import Folder
 from graphfix.check.findings import check_model, passes_for
-from graphfix.passes.base import NO_IMPORTER, Rule
+from graphfix.graph import Builder, to_graph
+from graphfix.passes.base import NO_IMPORTER, Context, Rule
 from tests.helpers.producers import microsoft_model, simplified_layernorm_model
 
 
@@ -45,22 +47,9 @@ def test_onnx_namesakes_in_com_microsoft_are_not_claimed_by_onnx_op_passes(op):
     names: a pass that rewrites the ONNX op must not be offered (nor run) for them."""
     m = _custom(op)
     assert [f.fix_pass for f in check_model(m, "8.6").findings] == [None]
-    assert not any(p.match(n, _ctx(m)) for p in passes.all_passes() for n in _nodes(m))
-
-
-def _nodes(m):
-    from graphfix.graph import to_graph
-
-    return list(to_graph(m).nodes)
-
-
-def _ctx(m):
-    from graphfix.analysis.fold import Folder
-    from graphfix.graph import Builder, to_graph
-    from graphfix.passes.base import Context
-
     g = to_graph(m)
-    return Context(g, Builder(g), Folder(g))
+    ctx = Context(g, Builder(g), Folder(g))
+    assert not any(p.match(n, ctx) for p in passes.all_passes() for n in g.nodes)
 
 
 def test_a_pass_that_claims_the_domain_is_named_as_the_fix(monkeypatch):
