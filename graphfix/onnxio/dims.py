@@ -51,9 +51,9 @@ class DeclaredDims:
             if not named:
                 continue
             shown = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
-            lines.append(f"{shown} declare{'s' if len(named) == 1 else ''} {meaning}: graphfix read "
-                         f"{'it' if len(named) == 1 else 'them'} as dynamic (verification chose the size) and "
-                         "the written model keeps the declaration")
+            lines.append(f"{shown} declare{'s' if len(named) == 1 else ''} {meaning}: graphfix treated "
+                         f"{'it' if len(named) == 1 else 'them'} as dynamic (verification sizes such dims like any "
+                         "dynamic one) and the written model keeps the declaration")
         return lines
 
 
