@@ -65,3 +65,14 @@ def test_check_quotes_the_parser_for_the_op_in_question(tmp_path, capfd):
     rc, out, err = run(["check", src, "--trt", "10.1"], capfd)
     assert rc == 1 and not err, err
     assert "SimplifiedLayerNormalization, an onnxruntime contrib op in the ONNX domain" in out
+
+
+def test_check_says_what_it_accepted_in_notes(tmp_path, capfd):
+    src = save(declared_dim_model(-1), tmp_path / "in.onnx")
+    rc, out, err = run(["check", src, "--trt", "8.6"], capfd)
+    assert rc == 1 and not err, err  # the computed Unsqueeze/Squeeze axes: fold-weights fixes them
+    assert "note: input 'x' (axis 0) declares a negative dim" in out
+    rc, out, err = run(["check", save(unused_domains_model(), tmp_path / "in.onnx"), "--trt", "10.1", "--json"], capfd)
+    assert json.loads(out)["notes"] == ["the model imports domain(s) no node uses (Paddle, ai.onnx.ml, com.microsoft, "
+                                        "com.microsoft.nchwc, com.microsoft.mlfeaturizers, com.microsoft.experimental, "
+                                        "com.microsoft.dml): ignored"]
