@@ -12,8 +12,10 @@ import onnx
 
 from graphfix.errors import OnnxruntimeDied
 from graphfix.fs import transaction as transaction_mod
+from graphfix.onnxio import dims as dims_mod
 from graphfix.onnxio import paths
-from graphfix.onnxio.load import load_model
+from graphfix.onnxio.load import load_working
+from graphfix.onnxio.proto import Assembled
 from graphfix.onnxio.save import save_model
 from graphfix.onnxio.validate import check_graph
 from graphfix.passes.base import Pass
@@ -166,9 +168,10 @@ def fix(
     pending = load_checks.LoadChecks("<model>" if source is None else str(Path(source)), offload=not (simplify or fix_shapes))
     try:
         if isinstance(model, onnx.ModelProto):
-            check_graph(model, pending.where, checker=False, early=pending.submit)
+            model = dims_mod.owned(model)
+            accepted = check_graph(model, pending.where, checker=False, early=pending.submit)
         else:
-            model = load_model(model, checker=False, early=pending.submit)
+            model, accepted = load_working(model, checker=False, early=pending.submit)
         checks = pending.loaded(model)
     except BaseException:
         pending.cancel()
@@ -194,12 +197,25 @@ def fix(
             checks.after_failure(exc)  # load_model's order: the checker's complaint first
         raise
     outcome.base_dir = settings.base_dir
+    if accepted.declared:
+        outcome.fixed = _with_declarations(outcome.fixed, accepted.declared)
+    outcome.report.notes[:0] = accepted.notes
     _describe_inputs(outcome.report, model, outcome.feeds, loaded=inputs is not None)
     result = FixResult(outcome.report, outcome)
     if output is not None:
         with transaction_mod.transaction():
             save_model(outcome.fixed, output, settings.base_dir)
     return result
+
+
+def _with_declarations(fixed: onnx.ModelProto | Assembled, declared: dims_mod.DeclaredDims) -> onnx.ModelProto | Assembled:
+    """The fixed model with the dims of -1 or 0 the input declared (graphfix worked on them as
+    dynamic dims): the model's interface is the user's (:mod:`graphfix.onnxio.dims`)."""
+    if isinstance(fixed, Assembled):
+        dims_mod.restore(fixed.stub, declared)
+        return Assembled(fixed.stub, fixed.initializers)  # not a whole model built before
+    dims_mod.restore(fixed, declared)
+    return fixed
 
 
 def _describe_inputs(rep: Report, model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], loaded: bool) -> None:

@@ -25,8 +25,9 @@ from graphfix.analysis.origin import DATA, SHAPE_INPUTS, ValueOrigins
 from graphfix.check.errors import bare_text
 from graphfix.graph import Builder, is_weights, tensor_dtype, to_graph
 from graphfix.graph.importer import all_graphs
+from graphfix.onnxio.domains import ORT_ONNX_DOMAIN_OPS
 from graphfix.onnxio.ir import default_opset
-from graphfix.passes.base import Context
+from graphfix.passes.base import WRONG_RESULTS, Context
 from graphfix.trt import support
 from graphfix.trt.versions import TrtVersion
 
@@ -184,31 +185,25 @@ def _opset_findings(opset: int, release: support.Release) -> Iterator[CheckFindi
                        rule="opset", evidence="operator table")
 
 
-#: onnxruntime contrib ops that share an ONNX op's name and meaning: TensorRT's model importer looks
-#: importers up by op type, domain ignored (ModelImporter.cpp, 8.5-GA and 10.1-GA), so a release
-#: with the ONNX importer reads them right (com.microsoft Gelu is the erf Gelu of ONNX Gelu-20).
-SAME_MEANING_AS_ONNX = frozenset({"Gelu"})
-
-
 def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:
     domain = node.domain or ""
     if domain == "org.pytorch.aten" and node.op == "ATen":
         yield _finding(node, BLOCKING, f"ATen fallback node ({node.attrs.get('operator', '?')}): no TensorRT release parses ATen",
                        "aten-fallback-node", _fixing_pass(node, ctx), rule="no-importer", evidence="operator table (no ATen op)")
         return
-    if domain not in ("", "ai.onnx"):
-        claims = list(_pass_claims(node, ctx))  # onnxruntime's contrib ops that a pass lowers
-        if not claims and domain == "com.microsoft" and node.op in SAME_MEANING_AS_ONNX:
-            entry = support.op_support(node.op, release)
-            if entry is not None and entry.supported:
-                yield _finding(node, WARNING, f"com.microsoft::{node.op} is read by TensorRT {release.key}'s ONNX {node.op} "
-                               "importer (importers are looked up by op type alone; same formula)", None,
-                               rule="no-importer", evidence="importer source: ModelImporter.cpp 8.5-GA/10.1-GA")
-                return
-        yield from claims or [_finding(node, BLOCKING, f"custom-domain op {domain}::{node.op} needs a TensorRT plugin "
-                                       "library loaded at build time", "custom-domain-op-plugin-library-missing")]
-        return
     entry = support.op_support(node.op, release)
+    if domain not in ("", "ai.onnx"):
+        claims = list(_pass_claims(node, ctx))  # onnxruntime's contrib ops that a pass lowers, at the releases it says
+        if claims:
+            yield from claims
+        elif entry is not None and entry.supported:
+            yield _namesake_finding(node, release)
+        else:
+            yield _plugin_finding(node, f"custom-domain op {domain}::{node.op}", release, ctx)
+        return
+    if node.op in ORT_ONNX_DOMAIN_OPS and not node.op.endswith("_TRT") and (entry is None or not entry.supported):
+        yield _plugin_finding(node, f"{node.op}, an onnxruntime contrib op in the ONNX domain (no ONNX operator),", release, ctx)
+        return
     if entry is None or not entry.supported:
         fixer = _fixing_pass(node, ctx)
         source = "importer source" if entry is not None else "operator table (op not listed for this release)"
@@ -230,6 +225,47 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
     if not claimed:
         yield from _shape_tensor_findings(node, origins)
         yield from _type_findings(node, entry, release)
+
+
+#: Where the parser sends an op it has no importer for, whatever the node's domain.
+PLUGIN_EVIDENCE = ("importer source: ModelImporter.cpp dispatches on op_type alone and sends an op without an importer "
+                   "to FallbackPluginImporter, which asserts 'Plugin not found' unless a plugin creator of that name is "
+                   "registered (builtin_op_importers.cpp on 8.5-GA/8.6-GA, onnxOpImporters.cpp on 10.1-GA)")
+
+
+def plugin_messages(op: str) -> str:
+    """What a build log says for an op that has no importer and no plugin (the parser's words,
+    onnx-tensorrt 8.5-GA to 10.1-GA)."""
+    return (f"No importer registered for op: {op}. Attempting to import as plugin. "
+            f"Searching for plugin: {op}, plugin_version: 1, plugin_namespace: ... "
+            "Plugin not found, are the plugin name, version, and namespace correct?")
+
+
+def _namesake_finding(node: gs.Node, release: support.Release) -> CheckFinding:
+    """A custom-domain op named like an ONNX op the release imports (com.microsoft::Gelu): the
+    parser ignores the domain and imports it as the ONNX op, right only where both mean the same."""
+    return _finding(node, WARNING, f"custom-domain op {node.domain}::{node.op}: TensorRT {release.key}'s parser ignores "
+                    f"the domain and imports it with its ONNX {node.op} importer; the result is right only where "
+                    f"{node.domain}'s {node.op} takes the same inputs and attributes and means the same",
+                    None, rule=WRONG_RESULTS, certain=False,
+                    evidence="importer source: ModelImporter.cpp looks importers up by op_type alone (8.5-GA, 8.6-GA, 10.1-GA)")
+
+
+def _plugin_finding(node: gs.Node, what: str, release: support.Release, ctx: Context) -> CheckFinding:
+    """An op the parser can only take as a plugin (onnxruntime's contrib ops, other custom
+    domains): blocking unless a plugin library registers it. A pass whose ``match`` takes the node
+    (a lowering of onnxruntime's contrib ops) is named as its fix."""
+    fixer = _fixing_pass(node, ctx)
+    lowered = f"graphfix's {fixer} rewrites it" if fixer else "no graphfix pass lowers it to ONNX ops yet"
+    finding = _finding(node, BLOCKING, f"{what} needs a TensorRT plugin library loaded at build time: TensorRT "
+                       f"{release.key}'s parser has no importer for it and looks for a plugin named {node.op}; {lowered}",
+                       "custom-domain-op-plugin-library-missing", fixer, rule="no-importer", evidence=PLUGIN_EVIDENCE)
+    finding.error_text = plugin_messages(node.op)
+    onnxruntime = node.op in ORT_ONNX_DOMAIN_OPS or (node.domain or "").startswith("com.microsoft")
+    made = (f"the fusion that wrote {node.op} (onnxruntime's transformer optimizer or quantizer output)" if onnxruntime
+            else f"the custom op {node.op}")
+    finding.upstream = f"export the model without {made}, or load a plugin library that registers {node.op} (trtexec --plugins=)"
+    return finding
 
 
 def _pass_claims(node: gs.Node, ctx: Context) -> Iterator[CheckFinding]:

@@ -65,7 +65,6 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input, replace_tensor, tensor_dtype
 from graphfix.graph.build import Skip
-from graphfix.passes._elementwise import onnx_domain
 from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule
 
 #: Static masks up to this many elements become one constant.
@@ -78,16 +77,14 @@ Dim = int | gs.Tensor  # a static length, or a runtime int64 scalar
 
 # ------------------------------------------------------------------ predicates
 def _extra_outputs(node: gs.Node, ctx: Context) -> bool:
-    return onnx_domain(node, ctx) and any(t.name for t in node.outputs[1:])
+    return any(t.name for t in node.outputs[1:])
 
 
 def _past(node: gs.Node, ctx: Context) -> bool:
-    return onnx_domain(node, ctx) and optional_input(node, 4) is not None or optional_input(node, 5) is not None
+    return optional_input(node, 4) is not None or optional_input(node, 5) is not None
 
 
 def _ignored_attributes(node: gs.Node, ctx: Context) -> bool:
-    if not onnx_domain(node, ctx):  # com.microsoft Attention: contrib-attention-lower's
-        return False
     window = int(node.attrs.get("left_window_size", -1)) >= 0 or int(node.attrs.get("right_window_size", -1)) >= 0
     return float(node.attrs.get("softcap", 0.0)) != 0.0 or window or optional_input(node, 6) is not None
 
@@ -95,8 +92,6 @@ def _ignored_attributes(node: gs.Node, ctx: Context) -> bool:
 def _not_rank4(node: gs.Node, ctx: Context) -> bool:
     """3-D Q/K/V, or a mask of rank < 4 or covering fewer keys than there are (statically)."""
     q, mask = node.inputs[0], optional_input(node, 3)
-    if not onnx_domain(node, ctx):
-        return False
     if q.shape is not None and len(q.shape) == 3:
         return True
     if mask is None or mask.shape is None:
@@ -387,7 +382,7 @@ PASS = Pass(
     summary="Rewrite ONNX Attention (opset 23-25: GQA, masks, causal, KV cache, softcap, nonpad_kv_seqlen) into MatMul/Softmax/Where.",
     ops=frozenset({"Attention"}),
     rules=(
-        Rule(NO_IMPORTER, "<10.14", "no Attention importer (first in 10.14)", onnx_domain, error="unsupported-op-plugin-fallback-generic",
+        Rule(NO_IMPORTER, "<10.14", "no Attention importer (first in 10.14)", error="unsupported-op-plugin-fallback-generic",
              evidence="operator table (Attention from 10.14); changelog 10.14"),
         Rule(LIMIT, ">=10.14", "present_key/present_value/qk_matmul_output listed: \"TensorRT only supports Attention nodes "
              "with one output\"", _extra_outputs, error="attention-unsupported-form",

@@ -209,4 +209,5 @@ PASS = Pass(
     ),
     rewrite=rewrite,
     doc=__doc__ or "",
+    domains=frozenset({"com.microsoft"}),
 )

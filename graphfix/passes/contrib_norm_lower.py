@@ -238,4 +238,5 @@ PASS = Pass(
     ),
     rewrite=rewrite,
     doc=__doc__ or "",
+    domains=frozenset({"", "ai.onnx", "com.microsoft"}),
 )

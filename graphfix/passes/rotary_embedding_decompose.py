@@ -35,7 +35,7 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import optional_input, replace_tensor
-from graphfix.passes._elementwise import float_dtype, onnx_domain
+from graphfix.passes._elementwise import float_dtype
 from graphfix.passes._rotary import rotate
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 from graphfix.trt.support import evidence
@@ -52,7 +52,7 @@ PASS = Pass(
     summary="Rewrite RotaryEmbedding (opset 23; interleaved, partial, 3-D, position_ids) into Gather/Slice/Mul/Sub/Add/Concat.",
     ops=frozenset({"RotaryEmbedding"}),
     rules=(
-        Rule(NO_IMPORTER, "<10.15", "no RotaryEmbedding importer before TensorRT 10.15", onnx_domain,
+        Rule(NO_IMPORTER, "<10.15", "no RotaryEmbedding importer before TensorRT 10.15",
              error="unsupported-op-plugin-fallback-generic",
              evidence=evidence("10.15")),
     ),
