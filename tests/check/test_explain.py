@@ -202,16 +202,18 @@ _BARE = """[I] [TRT] Searching for plugin: {op}, plugin_version: 1, plugin_names
                                  _BARE.format(op="SkipLayerNormalization"), _BARE.split("\n", 1)[1]],
                          ids=["trt8", "trt10", "plugin-lookup-only", "assertion-only"])
 def test_plugin_errors_name_no_unrelated_pass(log):
-    """A contrib op no pass lowers gets the plugin/export advice, never another op's pass (if-inline)."""
+    """A contrib op's plugin error names the pass that lowers that op (contrib-norm-lower for
+    SkipLayerNormalization), never another op's pass (if-inline); a log that names no op, none."""
     matches = match_log(log)
-    assert matches and all(m.fix_pass is None for m in matches), [(m.id, m.op, m.fix_pass) for m in matches]
+    want = "contrib-norm-lower" if "SkipLayerNormalization" in log else None
+    assert matches and all(m.fix_pass == want for m in matches), [(m.id, m.op, m.fix_pass) for m in matches]
     assert all(m.op != "FallbackPluginImporter" for m in matches)
     if "SkipLayerNormalization" in log:
         assert {m.op for m in matches} == {"SkipLayerNormalization"}
 
 
 @pytest.mark.parametrize("op,domain,fix", [("Mish", "", "activation-decompose"), ("Gelu", "", "gelu-decompose"),
-                                           ("Gelu", "com.microsoft", None), ("CastLike", "", "castlike-to-cast")])
+                                           ("Gelu", "com.microsoft", "contrib-activation-lower"), ("CastLike", "", "castlike-to-cast")])
 def test_the_catch_all_names_the_pass_that_rewrites_the_logged_op(op, domain, fix):
     """TensorRT 8.x's node dump names the domain: a pass is named when it rewrites that op of that
     domain. A log that shows only the plugin lookup says no domain: the ONNX op's pass."""

@@ -1,7 +1,8 @@
 """Small models in the conventions of producers other than torch.onnx: declared dims of -1
 (older paddle2onnx) or 0 (spox, TorchScript-derived), onnxruntime's contrib ops (its transformer
 optimizer's SimplifiedLayerNormalization in the ONNX domain, com.microsoft FastGelu and
-SkipLayerNormalization), opset imports of domains no node uses (paddle2onnx, old quantizers).
+SkipLayerNormalization, which graphfix lowers; com.microsoft Inverse and the ONNX-domain Affine,
+which it does not), opset imports of domains no node uses (paddle2onnx, old quantizers).
 
 Each has Unsqueeze/Squeeze axes computed (Constant -> Cast), which fold-weights rewrites for
 TensorRT 8.5 to 10.1 ("axes input must be an initializer"), so that ``--passes auto`` rewrites and
@@ -65,6 +66,19 @@ def microsoft_model() -> onnx.ModelProto:
              helper.make_node("SkipLayerNormalization", ["f", "x", "gamma", "beta"], ["y"], name="skip_ln",
                               domain="com.microsoft", epsilon=1e-5)]
     return _model(nodes, _weights("bias", "gamma", "beta"), ["batch", 4, HIDDEN], domains=["com.microsoft"])
+
+
+def unlowered_microsoft_model() -> onnx.ModelProto:
+    """Unsqueeze/Squeeze -> com.microsoft Inverse on x [batch, 4, 4]: a contrib op no pass lowers."""
+    nodes = [*_computed_axes("x", "c"), helper.make_node("Inverse", ["c"], ["y"], name="inverse", domain="com.microsoft")]
+    return _model(nodes, [], ["batch", 4, 4], domains=["com.microsoft"])
+
+
+def unlowered_onnx_domain_model() -> onnx.ModelProto:
+    """Affine at opset 9: an onnxruntime contrib op in the ONNX domain that no pass lowers and no
+    release imports (ScaledTanh and ParametricSoftplus have importers)."""
+    nodes = [helper.make_node("Affine", ["x"], ["y"], name="affine", alpha=1.5, beta=0.5)]
+    return _model(nodes, [], ["batch", HIDDEN], opset=9)
 
 
 def unused_domains_model() -> onnx.ModelProto:
