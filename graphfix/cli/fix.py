@@ -155,10 +155,6 @@ class _Progress:
             self._end_phase()
 
 
-def _split(items: list[str]) -> tuple[str, ...]:
-    return tuple(n.strip() for item in items for n in item.split(",") if n.strip())
-
-
 def run(args: argparse.Namespace) -> int:
     """``IN OUT``, or several inputs with ``--out-dir`` (each fixed on its own, as if run alone)."""
     if args.out_dir is None:
@@ -231,7 +227,7 @@ def fix_one(args: argparse.Namespace) -> int:
     status = None if args.quiet else _Progress()
     try:
         result = fix(
-            args.input, args.passes, skip=_split(args.skip), trt=args.trt, force=_split(args.force),
+            args.input, args.passes, skip=args.skip, trt=args.trt, force=args.force,
             verify=not args.no_verify, strict=args.strict, atol=args.atol, rtol=args.rtol, seed=args.seed,
             iterations=args.iterations, input_shapes=parse_shape_sets(args.input_shapes), verify_each=args.verify_each,
             profile_shapes=_profile_sets(args), progress=status,

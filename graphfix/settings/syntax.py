@@ -5,6 +5,7 @@ and the API alike.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from graphfix.errors import GraphfixError
 from graphfix.settings.checks import MAX_DIM
@@ -58,6 +59,13 @@ def parse_val_ranges(items: list[str] | None) -> dict[str, tuple[float, float]]:
             raise GraphfixError(f"bad --val-range entry {item!r}: lo > hi")
         ranges[m.group("name")] = (lo, hi)
     return ranges
+
+
+def pass_names(given: str | Sequence[str]) -> tuple[str, ...]:
+    """``--skip``/``--force`` (repeatable, each comma-separated) and the API's ``skip=``/``force=``
+    (a comma-separated string or a list): the names, in order."""
+    items = [given] if isinstance(given, str) else given
+    return tuple(n.strip() for item in items for n in item.split(",") if n.strip())
 
 
 def _split_items(items: list[str] | None) -> list[str]:
