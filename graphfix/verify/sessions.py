@@ -1,10 +1,10 @@
-"""onnxruntime verification: inputs made once, one session per graph state, polygraphy comparison.
+"""onnxruntime verification: inputs made once, one session per graph state, compared per output.
 
 Inputs come from polygraphy's DataLoader (seeded, dtype-aware); sessions run in graphfix's
 onnxruntime worker process (graphfix.runtime.worker: a crash or an endless run there ends the
 run in one line instead of taking graphfix down) and their outputs are polygraphy RunResults
-that ``polygraphy run --load-outputs`` reads; comparisons use polygraphy's SimpleCompareFunc
-(abs/rel tolerance per output).
+that ``polygraphy run --load-outputs`` reads; comparisons apply polygraphy SimpleCompareFunc's
+rule (abs/rel tolerance per element) in numpy (graphfix.verify.compare).
 """
 
 from __future__ import annotations
