@@ -25,6 +25,7 @@ from graphfix.report.model import Report
 from graphfix.runtime import worker as runtime_worker
 from graphfix.settings import checks as options
 from graphfix.settings.syntax import pass_names
+from graphfix.verify.compare import iteration_result
 from graphfix.verify.inputs import load_inputs, quiet_polygraphy
 from graphfix.verify.shapes import DEFAULT_MAX_MEMORY
 
@@ -86,14 +87,22 @@ def save_polygraphy_files(outcome: settings_mod.Outcome, path: Path) -> dict[str
 
     inputs_path, outputs_path = paths.sidecars(path)
     results = RunResults()
-    results.append(("graphfix-original", outcome.baseline[0][1]))
+    results.append(("graphfix-original", _savable(outcome.baseline[0][1])))
     if outcome.final is not None and outcome.final is not outcome.baseline:
-        results.append(("graphfix-fixed", outcome.final[0][1]))
+        results.append(("graphfix-fixed", _savable(outcome.final[0][1])))
     with quiet_polygraphy():
         feeds_json, results_json = to_json(outcome.feeds), to_json(results)
     transaction_mod.write_atomic(inputs_path, feeds_json.encode(), "report")
     transaction_mod.write_atomic(outputs_path, results_json.encode(), "report")
     return {"polygraphy_inputs": str(inputs_path), "polygraphy_outputs": str(outputs_path)}
+
+
+def _savable(its: list) -> list:
+    """Iterations polygraphy can write (``np.save`` without pickle): string outputs, which
+    onnxruntime returns as object arrays, as numpy unicode arrays."""
+    return [it if not any(v.dtype == object for v in it.values()) else
+            iteration_result({k: v.astype(str) if v.dtype == object else v for k, v in it.items()}, it.runtime, it.runner_name)
+            for it in its]
 
 
 def _shape_sets(given) -> list[dict[str, tuple[int, ...]]]:
