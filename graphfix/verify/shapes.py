@@ -84,12 +84,20 @@ def _eval(expr: ast.AST, env: dict[str, int]) -> int:
     raise ValueError("unsupported dim expression")
 
 
+#: A dim_param longer than this is not parsed: it is a name like any other that is no expression
+#: (a 3000-term ``N+N+...`` nests 3000 deep, past Python's recursion limit in ``ast.parse``).
+MAX_DIM_EXPRESSION = 200
+
+
 def _parse(param: str) -> ast.AST | None:
+    """A dim_param as an expression over symbols (``2*seq+1``), or None: a name it cannot read."""
+    if len(param) > MAX_DIM_EXPRESSION:
+        return None
     try:
         expr = ast.parse(param.replace("//", "/"), mode="eval")
         _eval(expr, dict.fromkeys(_symbols(expr), 1))
         return expr
-    except (SyntaxError, ValueError, KeyError, ZeroDivisionError, TypeError):
+    except (SyntaxError, ValueError, KeyError, ZeroDivisionError, TypeError, RecursionError, MemoryError):
         return None
 
 
