@@ -27,7 +27,8 @@ Cost (``bench/newops_latency.py``, onnxruntime 1.32 CPU, 1 thread, a shared and 
 passes instead of one); TensorRT fuses adjacent pointwise layers.
 
 Left out (findings): a head size that is not static (the halves are static slices), a 3-D X
-without ``num_heads``, bfloat16.
+without ``num_heads``, bfloat16, attributes outside the op's definition (``interleaved`` other
+than 0/1, which onnxruntime reads as 0; a negative ``rotary_embedding_dim``).
 """
 
 from __future__ import annotations
@@ -66,8 +67,11 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
         if head is None:
             raise Skip("the head size (last dim of X) is not static (export with a fixed head size)")
     rd = int(node.attrs.get("rotary_embedding_dim", 0)) or head
-    if rd % 2 or rd > head:
-        raise Skip(f"rotary_embedding_dim {rd} is odd or larger than the head size {head}")
+    if rd < 0 or rd % 2 or rd > head:
+        raise Skip(f"rotary_embedding_dim {rd} is negative, odd or larger than the head size {head}")
+    interleaved = int(node.attrs.get("interleaved", 0))
+    if interleaved not in (0, 1):  # onnxruntime does not read 7 as 1: out of the op's definition, left as it is
+        raise Skip(f"interleaved {interleaved} is not one the op defines (0 or 1)")
     positions = optional_input(node, 3)
     if positions is not None:
         cos = b.op("Gather", [cos, positions], {"axis": 0}, dtype=dtype)
@@ -75,7 +79,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     heads_axis = 2 if three_d else 1
     cos, sin = b.unsqueeze(cos, [heads_axis]), b.unsqueeze(sin, [heads_axis])
     rotated = _rotate(b, x4 if rd == head else b.slice(x4, [0], [rd], axes=[-1]), cos, sin, rd,
-                      bool(node.attrs.get("interleaved", 0)), dtype)
+                      bool(interleaved), dtype)
     out = rotated if rd == head else b.concat([rotated, b.slice(x4, [rd], [_INT_MAX], axes=[-1])], -1)
     if three_d:
         out = b.reshape(out, np.array([0, 0, hidden], np.int64))
