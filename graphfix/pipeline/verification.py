@@ -7,7 +7,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import onnx
+from polygraphy.comparator import RunResults
 
 from graphfix.analysis import discrete
 from graphfix.errors import GraphfixError, first_line
@@ -71,6 +73,9 @@ def verify_regions(model, graph, log, settings, report, feeds, counter, source, 
     for rec in report.passes:
         if rec.verdict == UNVERIFIED:
             rec.verdict = ROLLED_BACK if rec.rolled_back_nodes >= rec.rewritten else KEPT
+    # what is read after the regions, copied out of the probe run's mapping, which goes with the
+    # regions' tensors in it (a big output's rewritten copy stayed resident through the end)
+    probe_results = _owned(probe_results, [*(o.name for o in model.graph.output), *discrete.exposed(decisions)])
     baseline = compare_mod.select_outputs(probe_results, [o.name for o in model.graph.output])
     live = [e for e in log.edits if not e.undone]
     if not live:
@@ -96,6 +101,14 @@ def verify_regions(model, graph, log, settings, report, feeds, counter, source, 
         return baseline, None, True, None
     entries = dict(zip(map(id, regs), report.nodes[first_entry:], strict=True))
     return _users_settings(model, graph, log, regs, entries, parts, settings, report, feeds, counter, baseline, final, step)
+
+
+def _owned(results, names: list[str]):
+    """These tensors of a run as arrays of their own: the run's arrays are views of one mapping of
+    the worker's answer, which lives while any of them does."""
+    return RunResults([(runner, [compare_mod.iteration_result({k: np.array(it[k]) for k in names if k in it}, it.runtime,
+                                                                          it.runner_name) for it in its])
+                                   for runner, its in results])
 
 
 def _users_settings(model, graph, log, regs, entries, parts, settings: Settings, report: Report, feeds, counter,

@@ -49,3 +49,41 @@ def test_chunks_give_the_whole_arrays_result(chunk, monkeypatch):
     moved[4, 8] = 1.0
     assert "NaN at 1 position" in compare._numpy_diff(ref, moved, 1.0, 1.0).note
     assert compare.rounding_floor(ref) == pytest.approx(compare.REGION_ULPS * np.finfo(np.float32).eps * np.nanmax(np.abs(ref[np.isfinite(ref)])))
+
+
+def _mapping(array: np.ndarray):
+    """The object at the end of an array's base chain (the worker's answer's mmap for a run's output)."""
+    while isinstance(array, np.ndarray) and array.base is not None:
+        array = array.base
+    return array
+
+
+def test_the_probe_runs_mapping_is_gone_before_the_runs_under_the_users_settings(monkeypatch):
+    """The probe run's arrays are views of one mapping that also holds every region's rewritten
+    tensors: the outputs read after the regions are copied out, so that the mapping goes and a big
+    output's rewritten copy is not resident through the rest of the run."""
+    import gc
+    import weakref
+
+    import graphfix
+    from fixtures.recipes import fold_clip
+    from graphfix.verify import sessions
+
+    mappings, alive = [], []
+    run, users_run = sessions.run, sessions.users_run
+
+    def probe(model, feeds, name, *args, **kwargs):
+        results = run(model, feeds, name, *args, **kwargs)
+        if name == "graphfix-probe":
+            mappings.extend(weakref.ref(_mapping(a)) for it in results[0][1] for a in it.values() if a.nbytes)
+        return results
+
+    def users(*args, **kwargs):
+        gc.collect()
+        alive.extend(m for m in mappings if m() is not None)
+        return users_run(*args, **kwargs)
+
+    monkeypatch.setattr(sessions, "run", probe)
+    monkeypatch.setattr(sessions, "users_run", users)
+    result = graphfix.fix(fold_clip.clip_cast_bounds(), "fold-clip")
+    assert result.report.users["outputs"] and mappings and alive == []
