@@ -58,10 +58,11 @@ def _mapping(array: np.ndarray):
     return array
 
 
-def test_the_probe_runs_mapping_is_gone_before_the_runs_under_the_users_settings(monkeypatch):
-    """The probe run's arrays are views of one mapping that also holds every region's rewritten
-    tensors: the outputs read after the regions are copied out, so that the mapping goes and a big
-    output's rewritten copy is not resident through the rest of the run."""
+def test_verifications_own_runs_are_gone_before_the_runs_under_the_users_settings(monkeypatch):
+    """A run's arrays are views of one mapping: the probe's also holds every region's rewritten
+    tensors, so the outputs read after the regions are copied out and the mapping goes; the fixed
+    model's run in verification's session is not read once the users' runs take its place. While
+    the runs under the users' settings are compared, neither is resident (a big output's copies)."""
     import gc
     import weakref
 
@@ -69,21 +70,20 @@ def test_the_probe_runs_mapping_is_gone_before_the_runs_under_the_users_settings
     from fixtures.recipes import fold_clip
     from graphfix.verify import sessions
 
-    mappings, alive = [], []
+    mappings, alive = {}, []
     run, users_run = sessions.run, sessions.users_run
 
-    def probe(model, feeds, name, *args, **kwargs):
+    def recorded(model, feeds, name, *args, **kwargs):
         results = run(model, feeds, name, *args, **kwargs)
-        if name == "graphfix-probe":
-            mappings.extend(weakref.ref(_mapping(a)) for it in results[0][1] for a in it.values() if a.nbytes)
+        mappings[name] = [weakref.ref(_mapping(a)) for it in results[0][1] for a in it.values() if a.nbytes]
         return results
 
     def users(*args, **kwargs):
         gc.collect()
-        alive.extend(m for m in mappings if m() is not None)
+        alive.extend(name for name, refs in mappings.items() if any(m() is not None for m in refs))
         return users_run(*args, **kwargs)
 
-    monkeypatch.setattr(sessions, "run", probe)
+    monkeypatch.setattr(sessions, "run", recorded)
     monkeypatch.setattr(sessions, "users_run", users)
     result = graphfix.fix(fold_clip.clip_cast_bounds(), "fold-clip")
-    assert result.report.users["outputs"] and mappings and alive == []
+    assert result.report.users["outputs"] and set(mappings) == {"graphfix-probe", "graphfix-fixed"} and alive == []
