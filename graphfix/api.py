@@ -26,6 +26,8 @@ from graphfix.report import writer as writer_mod
 from graphfix.report.model import Report
 from graphfix.runtime import worker as runtime_worker
 from graphfix.settings import checks as options
+from graphfix.settings.syntax import pass_names
+from graphfix.verify.compare import iteration_result
 from graphfix.verify.inputs import load_inputs, quiet_polygraphy
 from graphfix.verify.shapes import DEFAULT_MAX_MEMORY
 
@@ -51,6 +53,7 @@ class FixResult:
         A model with external data (or over 2 GiB, or given ``external_data``) is written as
         ``path`` plus its weights file (``<path>.data`` or ``external_data``); returns that path.
         """
+        options.check_arguments({"path": path, "external_data": external_data}, call="save")
         paths.plan_fix(self._source(), path, external_data=external_data)
         with transaction_mod.transaction():
             return save_model(self.outcome.fixed, path, self.outcome.base_dir, external_data)
@@ -58,6 +61,7 @@ class FixResult:
     def save_report(self, path: str | os.PathLike) -> None:
         """JSON, ``.md`` or ``.html`` (by extension); a JSON report gets polygraphy inputs/outputs files beside it.
         All of them are written, or none."""
+        options.check_arguments({"path": path}, call="save_report")
         plan = paths.plan_fix(self._source(), None, [path])
         if self.report.output is not None:
             plan.writes.insert(0, paths.Use("the output", Path(self.report.output)))
@@ -85,14 +89,22 @@ def save_polygraphy_files(outcome: settings_mod.Outcome, path: Path) -> dict[str
 
     inputs_path, outputs_path = paths.sidecars(path)
     results = RunResults()
-    results.append(("graphfix-original", outcome.baseline[0][1]))
+    results.append(("graphfix-original", _savable(outcome.baseline[0][1])))
     if outcome.final is not None and outcome.final is not outcome.baseline:
-        results.append(("graphfix-fixed", outcome.final[0][1]))
+        results.append(("graphfix-fixed", _savable(outcome.final[0][1])))
     with quiet_polygraphy():
         feeds_json, results_json = to_json(outcome.feeds), to_json(results)
     transaction_mod.write_atomic(inputs_path, feeds_json.encode(), "report")
     transaction_mod.write_atomic(outputs_path, results_json.encode(), "report")
     return {"polygraphy_inputs": str(inputs_path), "polygraphy_outputs": str(outputs_path)}
+
+
+def _savable(its: list) -> list:
+    """Iterations polygraphy can write (``np.save`` without pickle): string outputs, which
+    onnxruntime returns as object arrays, as numpy unicode arrays."""
+    return [it if not any(v.dtype == object for v in it.values()) else
+            iteration_result({k: v.astype(str) if v.dtype == object else v for k, v in it.items()}, it.runtime, it.runner_name)
+            for it in its]
 
 
 def _shape_sets(given) -> list[dict[str, tuple[int, ...]]]:
@@ -145,9 +157,22 @@ def fix(
     ``"4G"``): candidate verification shapes whose run is estimated above it are not tried.
     ``timeout``: seconds one onnxruntime step may take (graphfix.runtime.worker.DEFAULT_TIMEOUT
     when None).
+
+    What each argument takes (graphfix.settings.checks.ARGUMENTS; docs/cli.md's table):
+    ``model`` a path (str or os.PathLike) or an onnx.ModelProto; ``passes`` as above; ``skip``,
+    ``force`` a pass name, a comma-separated string or a list of names; ``trt`` None or a release
+    as a string ("8.6", "10.1"); ``verify``, ``verify_each``, ``strict``, ``simplify`` True or
+    False; ``atol``, ``rtol`` None or a number >= 0; ``seed`` an int in 0..2**32-1;
+    ``iterations`` an int in 1..1000; ``input_shapes`` None, a dict of input name to dims or a
+    list of them; ``profile_shapes`` a list of such dicts; ``fix_shapes`` None or one such dict;
+    ``val_range`` None or a dict of input name to (lo, hi); ``inputs`` None, a list of dicts of
+    input name to numpy array, or a path; ``output`` None or a path; ``progress`` None or a
+    function of one str; ``max_memory`` bytes or a size string; ``timeout`` None or seconds.
+    A wrong type raises GraphfixError in one line naming the argument and what it takes.
     Bad settings, paths or inputs raise GraphfixError before any work; onnxruntime crashing or
     outlasting ``timeout`` raises :class:`~graphfix.errors.OnnxruntimeDied` (a BaseException).
     """
+    options.check_arguments(locals(), Pass)  # the first statement: locals() holds the arguments alone
     options.check_settings(passes=passes, iterations=iterations, seed=seed, atol=atol, rtol=rtol, val_range=val_range,
                            max_memory=max_memory)
     for option, given in (("--input-shapes", input_shapes), ("--fix-shapes", fix_shapes), ("--trt-*-shapes", list(profile_shapes))):
@@ -180,8 +205,8 @@ def fix(
         inputs = _check_inputs(model, inputs, inputs_file, verify, [*_shape_sets(input_shapes), *_shape_sets(fix_shapes)],
                                iterations, source)
         settings = settings_mod.Settings(
-            passes=passes if isinstance(passes, str) else tuple(passes), skip=tuple(skip), trt=trt,
-            force=tuple(force), verify=verify, verify_each=verify_each, strict=strict, atol=atol, rtol=rtol, seed=seed,
+            passes=passes if isinstance(passes, str) else tuple(passes), skip=pass_names(skip), trt=trt,
+            force=pass_names(force), verify=verify, verify_each=verify_each, strict=strict, atol=atol, rtol=rtol, seed=seed,
             iterations=iterations, input_shapes=_shape_sets(input_shapes),
             profile_shapes=_shape_sets(list(profile_shapes)), val_range=dict(val_range or {}), feeds=inputs,
             fix_shapes={k: tuple(int(d) for d in v) for k, v in (fix_shapes or {}).items()}, simplify=simplify,

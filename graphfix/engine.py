@@ -30,7 +30,8 @@ def tensorrt_available() -> bool:
 
 def parse_profile_shapes(min_items: list[str] | None, opt_items: list[str] | None, max_items: list[str] | None) -> ProfileShapes:
     """trtexec-style ``--trt-min-shapes x:1x3x224x224`` (and opt, max) into one profile per input."""
-    lo, opt, hi = parse_input_shapes(min_items), parse_input_shapes(opt_items), parse_input_shapes(max_items)
+    lo, opt, hi = (parse_input_shapes(items, f"--trt-{which}-shapes")
+                   for which, items in (("min", min_items), ("opt", opt_items), ("max", max_items)))
     if not (lo or opt or hi):
         return {}
     if not (set(lo) == set(opt) == set(hi)):

@@ -103,7 +103,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _profile_sets(args: argparse.Namespace) -> list[dict[str, tuple[int, ...]]]:
     """The TensorRT profile's min/opt/max shapes, verified too where onnxruntime runs them."""
-    return [parse_input_shapes(flag) for flag in (args.trt_min_shapes, args.trt_opt_shapes, args.trt_max_shapes) if flag]
+    return [parse_input_shapes(flag, f"--trt-{which}-shapes")
+            for which, flag in (("min", args.trt_min_shapes), ("opt", args.trt_opt_shapes), ("max", args.trt_max_shapes)) if flag]
 
 
 class _Progress:
@@ -155,10 +156,6 @@ class _Progress:
             self._end_phase()
 
 
-def _split(items: list[str]) -> tuple[str, ...]:
-    return tuple(n.strip() for item in items for n in item.split(",") if n.strip())
-
-
 def run(args: argparse.Namespace) -> int:
     """``IN OUT``, or several inputs with ``--out-dir`` (each fixed on its own, as if run alone)."""
     if args.out_dir is None:
@@ -188,7 +185,7 @@ def _fix_many(args: argparse.Namespace) -> int:
         raise GraphfixError("--build builds one engine: give one model (IN OUT) to build it")
     out_dir = Path(args.out_dir)
     if not out_dir.is_dir():
-        raise GraphfixError("--out-dir: no such directory", args.out_dir)
+        raise GraphfixError("--out-dir: not a directory" if out_dir.exists() else "--out-dir: no such directory", args.out_dir)
     paths.check_batch(args.paths, out_dir, args.report, sidecar_files=not args.no_verify)
     reports, codes = list(args.report), []
     for source in args.paths:
@@ -231,11 +228,11 @@ def fix_one(args: argparse.Namespace) -> int:
     status = None if args.quiet else _Progress()
     try:
         result = fix(
-            args.input, args.passes, skip=_split(args.skip), trt=args.trt, force=_split(args.force),
+            args.input, args.passes, skip=args.skip, trt=args.trt, force=args.force,
             verify=not args.no_verify, strict=args.strict, atol=args.atol, rtol=args.rtol, seed=args.seed,
             iterations=args.iterations, input_shapes=parse_shape_sets(args.input_shapes), verify_each=args.verify_each,
             profile_shapes=_profile_sets(args), progress=status,
-            val_range=val_range, inputs=args.load_inputs, fix_shapes=parse_input_shapes(args.fix_shapes),
+            val_range=val_range, inputs=args.load_inputs, fix_shapes=parse_input_shapes(args.fix_shapes, "--fix-shapes"),
             simplify=args.simplify, max_memory=args.max_memory, timeout=args.timeout,
         )
     except BaseException:

@@ -53,11 +53,15 @@ bfloat16 Q/K/V (and masks, caches) are cast to float32, decomposed there and the
 back (numpy has no bfloat16 for the constants; within one bfloat16 rounding of the op's cases).
 
 Left out (findings): unknown Q rank, V of another type than Q, query heads not a multiple of
-the key/value heads, a bfloat16 ``softmax_precision`` on fp16/fp32/fp64 Q. Mode 2's masked
+the key/value heads, a bfloat16 ``softmax_precision`` on fp16/fp32/fp64 Q, attributes outside
+the op's definition (``is_causal`` other than 0/1, which onnxruntime reads as 0; a NaN, infinite or
+negative ``scale``, an infinite ``softcap``). Mode 2's masked
 entries are ``-inf`` as specified; onnxruntime writes the lowest float there instead.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import onnx
@@ -135,6 +139,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     mode = int(a.get("qk_matmul_output_mode", 0))
     if mode not in (0, 1, 2, 3):
         raise Skip(f"qk_matmul_output_mode {mode} is not one the op defines (0-3)")
+    _check_numbers(a)
     q_heads, kv_heads, head = _heads(node)
 
     def value(t: gs.Tensor) -> gs.Tensor:
@@ -181,6 +186,19 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     for k_out, new in zip(node.outputs, (y, k_all, v_all, qk), strict=False):
         if k_out is node.outputs[0] or _used(k_out, ctx):
             replace_tensor(ctx.graph, k_out, b.op("Cast", [new], {"to": onnx.TensorProto.BFLOAT16}) if bf16 else new)
+
+
+def _check_numbers(a: dict) -> None:
+    """Attributes the op defines narrower than their type, left as they are (the model as
+    exported is its author's to fix): is_causal is 0 or 1 (onnxruntime does not read 7 as 1), and
+    scale and softcap are numbers (NaN has no decomposition; Q and K are each scaled by the square
+    root of scale, which a negative scale has not)."""
+    if int(a.get("is_causal", 0)) not in (0, 1):
+        raise Skip(f"is_causal {a['is_causal']} is not one the op defines (0 or 1)")
+    if "scale" in a and not (math.isfinite(float(a["scale"])) and float(a["scale"]) >= 0):
+        raise Skip(f"scale {a['scale']} is not decomposed (a finite number >= 0: Q and K are each scaled by its square root)")
+    if not math.isfinite(float(a.get("softcap", 0.0))):
+        raise Skip(f"softcap {a['softcap']} is not a finite number")
 
 
 def _is_bf16(t: gs.Tensor) -> bool:

@@ -27,7 +27,8 @@ Cost (``bench/newops_latency.py``, onnxruntime 1.32 CPU, 1 thread, a shared and 
 passes instead of one); TensorRT fuses adjacent pointwise layers.
 
 Left out (findings): a head size that is not static (the halves are static slices), a 3-D X
-without ``num_heads``, bfloat16.
+without ``num_heads``, bfloat16, attributes outside the op's definition (``interleaved`` other
+than 0/1, which onnxruntime reads as 0; a negative ``rotary_embedding_dim``).
 """
 
 from __future__ import annotations

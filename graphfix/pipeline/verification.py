@@ -7,7 +7,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import onnx
+from polygraphy.comparator import RunResults
 
 from graphfix.analysis import discrete
 from graphfix.errors import GraphfixError, first_line
@@ -71,6 +73,9 @@ def verify_regions(model, graph, log, settings, report, feeds, counter, source, 
     for rec in report.passes:
         if rec.verdict == UNVERIFIED:
             rec.verdict = ROLLED_BACK if rec.rolled_back_nodes >= rec.rewritten else KEPT
+    # what is read after the regions, copied out of the probe run's mapping, which goes with the
+    # regions' tensors in it (a big output's rewritten copy stayed resident through the end)
+    probe_results = _owned(probe_results, [*(o.name for o in model.graph.output), *discrete.exposed(decisions)])
     baseline = compare_mod.select_outputs(probe_results, [o.name for o in model.graph.output])
     live = [e for e in log.edits if not e.undone]
     if not live:
@@ -95,11 +100,42 @@ def verify_regions(model, graph, log, settings, report, feeds, counter, source, 
     if not all(d.passed for d in diffs.values()):
         return baseline, None, True, None
     entries = dict(zip(map(id, regs), report.nodes[first_entry:], strict=True))
-    return _users_settings(model, graph, log, regs, entries, parts, settings, report, feeds, counter, baseline, final, step)
+    reference = _users_reference(model, settings, report, feeds, counter, step)
+    if reference is None:
+        return baseline, final, False, parts
+    del final  # not read again: the runs under the users' settings take its place (a big output's run goes)
+    return _users_settings(model, graph, log, regs, entries, parts, settings, report, feeds, counter, baseline, reference, step)
+
+
+def _owned(results, names: list[str]):
+    """These tensors of a run as arrays of their own: the run's arrays are views of one mapping of
+    the worker's answer, which lives while any of them does."""
+    return RunResults([(runner, [compare_mod.iteration_result({k: np.array(it[k]) for k in names if k in it},
+                                                              it.runtime, it.runner_name) for it in its])
+                       for runner, its in results])
+
+
+def _users_reference(model, settings: Settings, report: Report, feeds, counter, step):
+    """The original's run under the settings users run (:func:`_users_settings`), or None when
+    there is nothing to compare there (report.users says why)."""
+    if not counter.tuned or not sessions_mod.on_onnxruntime(model):
+        report.users = {"settings": "verification's own (onnxruntime's defaults, or not onnxruntime): nothing to add",
+                        "outputs": {}}
+        return None
+    step("end-to-end run under onnxruntime's default settings")
+    try:
+        return compare_mod.first_iterations(sessions_mod.switched_run(model, feeds, counter, settings.base_dir), len(feeds))
+    except GraphfixError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an optimizer that fails on the input itself: nothing to compare with
+        report.users = {"settings": sessions_mod.USERS_SETTINGS, "outputs": {}, "skipped": first_line(exc)}
+        report.notes.append(f"onnxruntime cannot run the input model under {sessions_mod.USERS_SETTINGS} ({first_line(exc)}): "
+                            "the written model was compared under verification's settings only")
+        return None
 
 
 def _users_settings(model, graph, log, regs, entries, parts, settings: Settings, report: Report, feeds, counter,
-                    baseline, final, step):
+                    baseline, reference, step):
     """The written model against the original once more, under the settings users run
     (onnxruntime's defaults, graph optimizations on: polygraphy's onnxrt runner, a plain
     InferenceSession). Verification's sessions switch the optimizer off, and an optimizer rule can
@@ -108,21 +144,8 @@ def _users_settings(model, graph, log, regs, entries, parts, settings: Settings,
     sessions: the original's run doubles as the noise floor's (sessions_mod.switched_run). A difference
     under these settings only is blamed on the regions that differ in the probe run under them,
     which are undone and named. Returns verify_regions' tuple with the results under the users'
-    settings: the reference outputs written for polygraphy come from the configuration it runs."""
-    if not counter.tuned or not sessions_mod.on_onnxruntime(model):
-        report.users = {"settings": "verification's own (onnxruntime's defaults, or not onnxruntime): nothing to add",
-                        "outputs": {}}
-        return baseline, final, False, parts
-    step("end-to-end run under onnxruntime's default settings")
-    try:
-        reference = compare_mod.first_iterations(sessions_mod.switched_run(model, feeds, counter, settings.base_dir), len(feeds))
-    except GraphfixError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - an optimizer that fails on the input itself: nothing to compare with
-        report.users = {"settings": sessions_mod.USERS_SETTINGS, "outputs": {}, "skipped": first_line(exc)}
-        report.notes.append(f"onnxruntime cannot run the input model under {sessions_mod.USERS_SETTINGS} ({first_line(exc)}): "
-                            "the written model was compared under verification's settings only")
-        return baseline, final, False, parts
+    settings: the reference outputs written for polygraphy come from the configuration it runs
+    (``reference``: the original's run there, :func:`_users_reference`)."""
     diffs, results = users_diffs(model, reference, parts, settings, report, feeds, counter)
     report.users = {"settings": sessions_mod.USERS_SETTINGS, "outputs": {k: d.as_dict() for k, d in diffs.items()}}
     if all(d.passed for d in diffs.values()):

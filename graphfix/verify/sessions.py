@@ -1,10 +1,10 @@
-"""onnxruntime verification: inputs made once, one session per graph state, polygraphy comparison.
+"""onnxruntime verification: inputs made once, one session per graph state, compared per output.
 
 Inputs come from polygraphy's DataLoader (seeded, dtype-aware); sessions run in graphfix's
 onnxruntime worker process (graphfix.runtime.worker: a crash or an endless run there ends the
 run in one line instead of taking graphfix down) and their outputs are polygraphy RunResults
-that ``polygraphy run --load-outputs`` reads; comparisons use polygraphy's SimpleCompareFunc
-(abs/rel tolerance per output).
+that ``polygraphy run --load-outputs`` reads; comparisons apply polygraphy SimpleCompareFunc's
+rule (abs/rel tolerance per element) in numpy (graphfix.verify.compare).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import functools
 import numpy as np
 import onnx
 from polygraphy.comparator import RunResults
-from polygraphy.comparator.struct import IterationResult
 
 from graphfix.analysis.aten_reference import evaluator, run_results
 from graphfix.errors import GraphfixError
@@ -23,7 +22,13 @@ from graphfix.onnxio.ir import runtime_compatible
 from graphfix.onnxio.proto import Assembled
 from graphfix.runtime import session as session_mod
 from graphfix.runtime import worker as runtime_worker
-from graphfix.verify.compare import DEFAULT_TOLERANCE, finite_max_abs, iterations, rounding_floor
+from graphfix.verify.compare import (
+    DEFAULT_TOLERANCE,
+    finite_max_abs,
+    iteration_result,
+    iterations,
+    rounding_floor,
+)
 from graphfix.verify.inputs import Feeds, nudged_feeds, quiet_polygraphy
 
 
@@ -97,7 +102,7 @@ def _compare_run(parts: Assembled, feeds: Feeds, name: str, counter: SessionCoun
         with quiet_polygraphy():
             for feed in feeds:
                 outputs = made.run_named(feed)
-                its.append(IterationResult(outputs, runtime=made.last_runtime, runner_name=name))
+                its.append(iteration_result(outputs, made.last_runtime, name))
     finally:
         made.close()
     reraise_swallowed_signal()

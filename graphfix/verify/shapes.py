@@ -84,12 +84,20 @@ def _eval(expr: ast.AST, env: dict[str, int]) -> int:
     raise ValueError("unsupported dim expression")
 
 
+#: A dim_param longer than this is not parsed: it is a name like any other that is no expression
+#: (a 3000-term ``N+N+...`` nests 3000 deep, past Python's recursion limit in ``ast.parse``).
+MAX_DIM_EXPRESSION = 200
+
+
 def _parse(param: str) -> ast.AST | None:
+    """A dim_param as an expression over symbols (``2*seq+1``), or None: a name it cannot read."""
+    if len(param) > MAX_DIM_EXPRESSION:
+        return None
     try:
         expr = ast.parse(param.replace("//", "/"), mode="eval")
         _eval(expr, dict.fromkeys(_symbols(expr), 1))
         return expr
-    except (SyntaxError, ValueError, KeyError, ZeroDivisionError, TypeError):
+    except (SyntaxError, ValueError, KeyError, ZeroDivisionError, TypeError, RecursionError, MemoryError):
         return None
 
 
@@ -372,6 +380,7 @@ class _Search:
     def __init__(self, base: Shapes, runs, budget: Budget) -> None:
         self.base, self.runs, self.budget = base, runs, budget
         self.tried, self.errors, self.over, self.seen, self.failed = 0, [], [], [], False
+        self.too_big: list[str] = []  # candidates whose inputs hold over MAX_FEED_ELEMENTS
         self.by: dict[str, System] = {}  # shapes that ran -> the system they were solved in
 
     def attempt(self, shapes: Shapes | None, system: System, skip: Shapes | None = None) -> Shapes | None:
@@ -381,7 +390,10 @@ class _Search:
         if shapes is None:
             return None
         full = {**self.base, **shapes}
-        if full in self.seen or full == skip or _elements(full) > MAX_FEED_ELEMENTS:
+        if full in self.seen or full == skip:
+            return None
+        if _elements(full) > MAX_FEED_ELEMENTS:
+            self.too_big.append(describe(full))
             return None
         self.seen.append(full)
         over = self.budget.over(full)
@@ -414,6 +426,10 @@ class _Search:
         if not self.tried and self.over:
             return GraphfixError(f"every candidate shape is over the budget ({'; '.join(self.over[:3])}); "
                                  "raise --max-memory or set shapes with --input-shapes name:1x3x224x224", where)
+        if not self.tried:  # every candidate skipped before running: no "(0 tried: )"
+            return GraphfixError(f"no candidate shape was run: each would feed more than {MAX_FEED_ELEMENTS} input elements "
+                                 f"(the first: {self.too_big[0] if self.too_big else 'none'}); "
+                                 "set shapes with --input-shapes name:1x3x224x224", where)
         listing = "; ".join(self.errors[:4])
         over = f"; {len(self.over)} not run, over the budget (--max-memory)" if self.over else ""
         return GraphfixError(f"onnxruntime cannot run the input model at any candidate shape ({self.tried} tried: {listing}{over}); "
