@@ -19,7 +19,8 @@ from graphfix.passes.base import NO_IMPORTER
 from graphfix.trt import support
 
 NOISE = {"int64-weights-cast-down", "network-has-no-output"}
-GENERIC = {"unsupported-op-plugin-fallback-generic"}
+#: The plugin errors (no importer, the plugin lookup fails): the op the log names decides the pass.
+GENERIC = {"unsupported-op-plugin-fallback-generic", "custom-domain-op-plugin-library-missing"}
 _PLUGIN_MISSING = re.compile(r"Plugin not found|could not find plugin|Cannot find plugin|getPluginCreator could not find", re.I)
 _PLUGIN_ATTEMPT = re.compile(r"Attempting to import as plugin")
 _NODE_PATTERNS = [
