@@ -25,6 +25,17 @@ _CHECK_WEIGHTLESS_ABOVE = 64 << 20
 _STUB_DATA = "graphfix-weightless.data"
 
 
+def all_nodes(graph: onnx.GraphProto):
+    """Every node of the graph and of its If/Loop/Scan bodies, nested ones included, depth first."""
+    for n in graph.node:
+        yield n
+        for a in n.attribute:
+            if a.HasField("g"):
+                yield from all_nodes(a.g)
+            for sub in a.graphs:
+                yield from all_nodes(sub)
+
+
 def elements(t: onnx.TensorProto) -> int:
     count = 1
     for d in t.dims:

@@ -20,7 +20,7 @@ from graphfix.analysis.aten_reference import evaluator, run_results
 from graphfix.errors import GraphfixError
 from graphfix.fs.signals import reraise_swallowed_signal
 from graphfix.onnxio.ir import runtime_compatible
-from graphfix.onnxio.proto import Assembled
+from graphfix.onnxio.proto import Assembled, all_nodes
 from graphfix.runtime import session as session_mod
 from graphfix.runtime import worker as runtime_worker
 from graphfix.verify.compare import DEFAULT_TOLERANCE, finite_max_abs, iterations, rounding_floor
@@ -113,9 +113,10 @@ def _wrong_in_onnxruntime(model: onnx.ModelProto, initializers: list[onnx.Tensor
     """A node the installed onnxruntime computes wrongly, so it cannot be the reference: Col2Im
     that is not 2-D with a dilation > 1 (onnxruntime 1.32 misplaces the blocks; the ONNX
     reference evaluator follows the spec), STFT/DFT of a length that is not a power of two, an
-    opset-26+ op it does not implement. ``initializers``: the model's, where ``model`` is a stub without them."""
+    opset-26+ op it does not implement, in the main graph or in a body. ``initializers``: the
+    model's, where ``model`` is a stub without them."""
     weights: dict[str, onnx.TensorProto] | None = None
-    for n in model.graph.node:
+    for n in all_nodes(model.graph):
         if n.op_type == "Col2Im" and not _onnxruntime_col2im_dilation_ok():
             dilations = next((list(a.ints) for a in n.attribute if a.name == "dilations"), [])
             if len(dilations) != 2 and any(d > 1 for d in dilations):
