@@ -69,13 +69,13 @@ def wrapped_in_loop(model: onnx.ModelProto) -> onnx.ModelProto:
     return _model(model, [node], _weights_free_inputs(model), outputs, [trips])
 
 
-def body_matches(model: onnx.ModelProto, pass_name: str, trt: str | None) -> list[str]:
-    """Nodes inside If/Loop/Scan bodies that ``pass_name`` would still rewrite for ``trt``."""
+def matches(model: onnx.ModelProto, pass_name: str, trt: str | None, bodies: bool) -> list[str]:
+    """Nodes ``pass_name`` would still rewrite for ``trt``: inside If/Loop/Scan bodies, or in the main graph."""
     p = passes.get(pass_name)
     graph = to_graph(model)
     version = TrtVersion(trt) if trt else None
     left = []
-    for g in list(all_graphs(graph))[1:]:
+    for g in list(all_graphs(graph))[1:] if bodies else [graph]:
         g.opset = graph.opset
         ctx = Context(g, Builder(g), Folder(g), version)
         left += [f"{n.op}:{n.name}" for n in g.nodes if p.match(n, ctx)]
