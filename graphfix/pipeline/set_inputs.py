@@ -23,10 +23,12 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnx_graphsurgeon as gs
 
 from graphfix.errors import GraphfixError
 from graphfix.graph.convert import to_graph, to_model
 from graphfix.onnxio.proto import all_nodes
+from graphfix.passes import if_inline
 from graphfix.pipeline.fix_shapes import FOLD_LIMIT
 
 #: The metadata_props key the specialised values are written under (JSON: name -> value).
@@ -130,16 +132,24 @@ def pinned(model: onnx.ModelProto, frozen: Mapping[str, np.ndarray]) -> onnx.Mod
     return work
 
 
+def _fold(graph: gs.Graph) -> None:
+    """onnx-graphsurgeon's folding (evaluated by onnxruntime, shapes included), Ifs left to
+    if-inline: its ``flatten_subgraphs`` renames every tensor of the branch it keeps."""
+    graph.fold_constants(fold_shapes=True, size_threshold=FOLD_LIMIT, error_ok=True, flatten_subgraphs=False) \
+        .cleanup(remove_unused_graph_inputs=False)
+
+
 def specialise(model: onnx.ModelProto, frozen: Mapping[str, np.ndarray]) -> tuple[onnx.ModelProto, onnx.ModelProto, int]:
     """(the pinned model, the specialised one, how many nodes went): what follows from the frozen
     values folded (onnx-graphsurgeon's ``fold_constants``, evaluated by onnxruntime, shapes
-    included), the Ifs they decide flattened into their graph; the values in the metadata."""
+    included), the Ifs they decide inlined (if-inline's rewrite); the values in the metadata."""
     work = pinned(model, frozen)
     del work.graph.value_info[:]  # the import infers them again, with the values known
     graph = to_graph(work)
     before = sum(1 for _ in all_nodes(work.graph))
-    graph.fold_constants(fold_shapes=True, size_threshold=FOLD_LIMIT, error_ok=True, flatten_subgraphs=True) \
-        .cleanup(remove_unused_graph_inputs=False)
+    _fold(graph)
+    if if_inline.PASS.run_on_graph(graph, force=True)[1]:  # every If whose condition now folds, nested ones too
+        _fold(graph)  # what the inlined branches compute from the values
     specialised = to_model(graph, work)
     recorded = {k: v.tolist() for k, v in frozen.items()}
     for prop in work.metadata_props:
