@@ -199,7 +199,7 @@ def _export_reusing(graph: gs.Graph, template: onnx.ModelProto, protos: dict[int
         else:
             g.node.append(OnnxExporter.export_node(n))
         for t in n.inputs:
-            if isinstance(t, gs.Constant):
+            if isinstance(t, gs.Constant) and t.name not in written:
                 write(t)
     for t in [*graph.inputs, *graph.outputs]:  # IR < 4 lists initializers as inputs too; an output may be one
         if t.name in originals and t.name not in written:

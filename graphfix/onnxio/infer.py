@@ -44,12 +44,13 @@ def scoped_name(scope: str, name: str) -> str:
 
 
 def _value_infos(graph: onnx.GraphProto, out: dict[str, onnx.ValueInfoProto], scope: str) -> None:
-    for vi in (*graph.value_info, *graph.output):
+    if not scope:  # the main graph (a 100k-node export's list): its names as they are
+        for vi in (*graph.value_info, *graph.output):
+            out.setdefault(vi.name, vi)
+    for vi in (*graph.value_info, *graph.output) if scope else ():
         key = scoped_name(scope, vi.name)
         if key not in out:
-            if scope:
-                vi = _renamed(vi, key)
-            out[key] = vi
+            out[key] = _renamed(vi, key)
     for k, n in enumerate(graph.node):
         for a in n.attribute:
             if a.HasField("g"):
