@@ -83,3 +83,25 @@ def test_a_fixture_inside_control_flow_is_fixed_as_at_top_level(fx, wrap, passes
 
     again = _fix(result.model, fx, passes)
     assert not [p.name for p in again.report.passes if p.rewritten], "a second run changed the model"
+
+
+def test_a_pass_that_changes_a_body_s_outputs_is_rolled_back():
+    """The contract (inputs/outputs keep names, dtypes, shapes) holds per body, not only for the
+    main graph: before, a rewrite retyping a branch output was kept."""
+    import onnx_graphsurgeon as gs
+    from onnx import TensorProto, helper
+
+    from fixtures.recipes._onnx import inp, model, node, out
+    from graphfix.passes.base import NO_IMPORTER, Pass, Rule
+
+    def retype(n: gs.Node, ctx) -> None:
+        n.op = "Neg"
+        n.outputs[0].dtype = np.float16
+
+    bad = Pass("retype-branch-output", "test pass", frozenset({"Relu"}), (Rule(NO_IMPORTER, "all", "test"),), retype)
+    branch = helper.make_graph([node("Relu", ["x"], ["r"])], "then", [], [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2])])
+    other = helper.make_graph([node("Identity", ["x"], ["i"])], "else", [], [helper.make_tensor_value_info("i", TensorProto.FLOAT, [2])])
+    m = model([node("If", ["c"], ["y"], then_branch=branch, else_branch=other)],
+              [inp("x", TensorProto.FLOAT, [2]), inp("c", TensorProto.BOOL, [])], [out("y", TensorProto.FLOAT, [2])])
+    record = next(p for p in graphfix.fix(m, [bad], verify=False).report.passes if p.name == bad.name)
+    assert record.verdict == "rolled-back" and "body 'then'" in record.reason, record.reason
