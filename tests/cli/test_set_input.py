@@ -12,8 +12,8 @@ import pytest
 from fixtures.recipes._onnx import BOOL, FLOAT, inp, model, node, out
 from graphfix.pipeline.set_inputs import METADATA_KEY
 from tests.helpers.cli_runs import refused, run, save
+from tests.helpers.control_flow import voice_activity_detector
 from tests.helpers.support import ort_run
-from tests.pipeline.test_set_inputs import voice_activity_detector
 
 
 def _gated() -> onnx.ModelProto:

@@ -10,56 +10,15 @@ LayerNormalization reading the main graph's weights.
 from __future__ import annotations
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from fixtures.recipes._onnx import const, inp, model, node, out
+from fixtures.recipes._onnx import inp, model, node, out
 from graphfix import passes
 from graphfix.graph import to_graph, to_model
-from tests.helpers.control_flow import strictly_inferred
+from tests.helpers.control_flow import merged_decoder, strictly_inferred
 from tests.helpers.support import ort_run
 
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
-
-
-def _norm(source: str) -> list[onnx.NodeProto]:
-    return [node("Gather", ["pos_table", "/Range_output_0"], ["/Gather_1_output_0"], axis=0),
-            node("Add", [source, "/Gather_1_output_0"], ["/Add_output_0"]),
-            node("LayerNormalization", ["/Add_output_0", "scale", "bias"], ["/ln/LayerNormalization_output_0"],
-                 name="/ln/LayerNormalization", axis=-1, epsilon=1e-5)]
-
-
-def _without_past() -> onnx.GraphProto:
-    """Positions 0..seq: ``/Cast_output_0`` is a float here."""
-    nodes = [node("Shape", ["x"], ["/Shape_output_0"]), const("/Constant_output_0", 1, np.int64),
-             node("Gather", ["/Shape_output_0", "/Constant_output_0"], ["/Gather_output_0"], axis=0),
-             node("Cast", ["/Gather_output_0"], ["/Cast_output_0"], to=FLOAT),
-             node("Cast", ["/Cast_output_0"], ["/Cast_1_output_0"], to=INT64),
-             const("/Constant_1_output_0", 0, np.int64), const("/Constant_2_output_0", 1, np.int64),
-             node("Range", ["/Constant_1_output_0", "/Cast_1_output_0", "/Constant_2_output_0"], ["/Range_output_0"]),
-             *_norm("x")]
-    return helper.make_graph(nodes, "no_past", [], [helper.make_tensor_value_info("/ln/LayerNormalization_output_0", FLOAT, None)])
-
-
-def _with_past() -> onnx.GraphProto:
-    """Positions past..past+seq: the same names, ``/Cast_output_0`` an int64 (the Range's limit)."""
-    nodes = [node("Shape", ["past"], ["/Shape_output_0"]), const("/Constant_output_0", 2, np.int64),
-             node("Gather", ["/Shape_output_0", "/Constant_output_0"], ["/Gather_output_0"], axis=0),
-             node("Shape", ["x"], ["/Shape_1_output_0"]), const("/Constant_3_output_0", 1, np.int64),
-             node("Gather", ["/Shape_1_output_0", "/Constant_3_output_0"], ["/Gather_2_output_0"], axis=0),
-             node("Add", ["/Gather_output_0", "/Gather_2_output_0"], ["/Cast_output_0"]),
-             const("/Constant_2_output_0", 1, np.int64),
-             node("Range", ["/Gather_output_0", "/Cast_output_0", "/Constant_2_output_0"], ["/Range_output_0"]),
-             *_norm("x")]
-    return helper.make_graph(nodes, "with_past", [], [helper.make_tensor_value_info("/ln/LayerNormalization_output_0", FLOAT, None)])
-
-
-def merged_decoder() -> onnx.ModelProto:
-    weights = [numpy_helper.from_array(np.random.default_rng(0).random((64, 8), np.float32), "pos_table"),
-               numpy_helper.from_array(np.full(8, 1.5, np.float32), "scale"), numpy_helper.from_array(np.full(8, 0.25, np.float32), "bias")]
-    nodes = [node("If", ["use_cache"], ["y"], name="/If", then_branch=_with_past(), else_branch=_without_past())]
-    return model(nodes, [inp("x", FLOAT, ["b", "s", 8]), inp("past", FLOAT, ["b", 2, "p", 8]), inp("use_cache", TensorProto.BOOL, [])],
-                 [out("y", FLOAT, ["b", "s", 8])], weights, opset=17)
 
 
 def _feeds(use_cache: bool) -> dict[str, np.ndarray]:

@@ -1,6 +1,7 @@
 """A model's graph moved into control flow, as exporters do: both branches of an If on a graph
 input (an optimum merged decoder, its weights shared by the main graph), or the body of a
-one-iteration Loop (a TF while_loop, its weights inside the body)."""
+one-iteration Loop (a TF while_loop, its weights inside the body); and small models whose
+network is in control flow (a merged decoder, a voice-activity detector)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from fixtures.recipes._onnx import const, inp, model, node, out
 from graphfix import passes
 from graphfix.analysis.fold import Folder
 from graphfix.graph import Builder, to_graph
@@ -86,3 +88,66 @@ def strictly_inferred(model: onnx.ModelProto) -> None:
     """onnx's strict shape inference and full checker accept the model (raise otherwise)."""
     onnx.shape_inference.infer_shapes(model, strict_mode=True)
     onnx.checker.check_model(model, full_check=True)
+
+
+# ---------------------------------------------------------------- models in control flow
+def _norm(source: str) -> list[onnx.NodeProto]:
+    return [node("Gather", ["pos_table", "/Range_output_0"], ["/Gather_1_output_0"], axis=0),
+            node("Add", [source, "/Gather_1_output_0"], ["/Add_output_0"]),
+            node("LayerNormalization", ["/Add_output_0", "scale", "bias"], ["/ln/LayerNormalization_output_0"],
+                 name="/ln/LayerNormalization", axis=-1, epsilon=1e-5)]
+
+
+def _without_past() -> onnx.GraphProto:
+    """Positions 0..seq: ``/Cast_output_0`` is a float here."""
+    nodes = [node("Shape", ["x"], ["/Shape_output_0"]), const("/Constant_output_0", 1, np.int64),
+             node("Gather", ["/Shape_output_0", "/Constant_output_0"], ["/Gather_output_0"], axis=0),
+             node("Cast", ["/Gather_output_0"], ["/Cast_output_0"], to=TensorProto.FLOAT),
+             node("Cast", ["/Cast_output_0"], ["/Cast_1_output_0"], to=TensorProto.INT64),
+             const("/Constant_1_output_0", 0, np.int64), const("/Constant_2_output_0", 1, np.int64),
+             node("Range", ["/Constant_1_output_0", "/Cast_1_output_0", "/Constant_2_output_0"], ["/Range_output_0"]),
+             *_norm("x")]
+    return helper.make_graph(nodes, "no_past", [], [helper.make_tensor_value_info("/ln/LayerNormalization_output_0", TensorProto.FLOAT, None)])
+
+
+def _with_past() -> onnx.GraphProto:
+    """Positions past..past+seq: the same names, ``/Cast_output_0`` an int64 (the Range's limit)."""
+    nodes = [node("Shape", ["past"], ["/Shape_output_0"]), const("/Constant_output_0", 2, np.int64),
+             node("Gather", ["/Shape_output_0", "/Constant_output_0"], ["/Gather_output_0"], axis=0),
+             node("Shape", ["x"], ["/Shape_1_output_0"]), const("/Constant_3_output_0", 1, np.int64),
+             node("Gather", ["/Shape_1_output_0", "/Constant_3_output_0"], ["/Gather_2_output_0"], axis=0),
+             node("Add", ["/Gather_output_0", "/Gather_2_output_0"], ["/Cast_output_0"]),
+             const("/Constant_2_output_0", 1, np.int64),
+             node("Range", ["/Gather_output_0", "/Cast_output_0", "/Constant_2_output_0"], ["/Range_output_0"]),
+             *_norm("x")]
+    return helper.make_graph(nodes, "with_past", [], [helper.make_tensor_value_info("/ln/LayerNormalization_output_0", TensorProto.FLOAT, None)])
+
+
+def merged_decoder() -> onnx.ModelProto:
+    weights = [numpy_helper.from_array(np.random.default_rng(0).random((64, 8), np.float32), "pos_table"),
+               numpy_helper.from_array(np.full(8, 1.5, np.float32), "scale"), numpy_helper.from_array(np.full(8, 0.25, np.float32), "bias")]
+    nodes = [node("If", ["use_cache"], ["y"], name="/If", then_branch=_with_past(), else_branch=_without_past())]
+    return model(nodes, [inp("x", TensorProto.FLOAT, ["b", "s", 8]), inp("past", TensorProto.FLOAT, ["b", 2, "p", 8]), inp("use_cache", TensorProto.BOOL, [])],
+                 [out("y", TensorProto.FLOAT, ["b", "s", 8])], weights, opset=17)
+
+
+def _vi(name: str) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+
+
+def voice_activity_detector() -> onnx.ModelProto:
+    """A TorchScript-exported detector in miniature: ``if sr == 16000`` chooses the front end; in
+    the 16 kHz branch, ``if x.dim() == 1: x = x.unsqueeze(0)`` (branches of different ranks)."""
+    rank_then = helper.make_graph([const("ax", [0], np.int64), node("Unsqueeze", ["x", "ax"], ["xu"])], "unbatched", [], [_vi("xu")])
+    rank_else = helper.make_graph([node("Identity", ["x"], ["xi"])], "batched", [], [_vi("xi")])
+    sr16k = helper.make_graph(
+        [node("Shape", ["x"], ["shp"]), node("Size", ["shp"], ["rank"]), const("one", 1, np.int64),
+         node("Equal", ["rank", "one"], ["is1d"]),
+         node("If", ["is1d"], ["x2"], name="/If_rank", then_branch=rank_then, else_branch=rank_else),
+         const("half", [0.5], np.float32), node("Mul", ["x2", "half"], ["a"])], "sr16k", [], [_vi("a")])
+    sr8k = helper.make_graph([const("two", [2.0], np.float32), node("Mul", ["x", "two"], ["b"])], "sr8k", [], [_vi("b")])
+    nodes = [const("k16000", 16000, np.int64), node("Equal", ["sr", "k16000"], ["is16k"]),
+             node("If", ["is16k"], ["h"], name="/If_sr", then_branch=sr16k, else_branch=sr8k), node("Tanh", ["h"], ["y"])]
+    return model(nodes, [inp("x", TensorProto.FLOAT, ["batch", 8]), inp("sr", TensorProto.INT64, [])], [out("y", TensorProto.FLOAT, ["batch", 8])], opset=17)
+
+

@@ -8,36 +8,16 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 import graphfix
-from fixtures.recipes._onnx import const, inp, model, node, out
+from fixtures.recipes._onnx import inp, model, node, out
 from graphfix.onnxio.proto import all_nodes
 from graphfix.pipeline.set_inputs import METADATA_KEY
-from tests.graph.test_scopes import merged_decoder
+from tests.helpers.control_flow import merged_decoder, voice_activity_detector
 from tests.helpers.support import ort_run
 
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
-
-
-def _vi(name: str) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, FLOAT, None)
-
-
-def voice_activity_detector() -> onnx.ModelProto:
-    """A TorchScript-exported detector in miniature: ``if sr == 16000`` chooses the front end; in
-    the 16 kHz branch, ``if x.dim() == 1: x = x.unsqueeze(0)`` (branches of different ranks)."""
-    rank_then = helper.make_graph([const("ax", [0], np.int64), node("Unsqueeze", ["x", "ax"], ["xu"])], "unbatched", [], [_vi("xu")])
-    rank_else = helper.make_graph([node("Identity", ["x"], ["xi"])], "batched", [], [_vi("xi")])
-    sr16k = helper.make_graph(
-        [node("Shape", ["x"], ["shp"]), node("Size", ["shp"], ["rank"]), const("one", 1, np.int64),
-         node("Equal", ["rank", "one"], ["is1d"]),
-         node("If", ["is1d"], ["x2"], name="/If_rank", then_branch=rank_then, else_branch=rank_else),
-         const("half", [0.5], np.float32), node("Mul", ["x2", "half"], ["a"])], "sr16k", [], [_vi("a")])
-    sr8k = helper.make_graph([const("two", [2.0], np.float32), node("Mul", ["x", "two"], ["b"])], "sr8k", [], [_vi("b")])
-    nodes = [const("k16000", 16000, np.int64), node("Equal", ["sr", "k16000"], ["is16k"]),
-             node("If", ["is16k"], ["h"], name="/If_sr", then_branch=sr16k, else_branch=sr8k), node("Tanh", ["h"], ["y"])]
-    return model(nodes, [inp("x", FLOAT, ["batch", 8]), inp("sr", INT64, [])], [out("y", FLOAT, ["batch", 8])], opset=17)
 
 
 def _ops(m: onnx.ModelProto) -> list[str]:
