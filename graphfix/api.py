@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -21,6 +22,7 @@ from graphfix.onnxio.validate import check_graph
 from graphfix.passes.base import Pass
 from graphfix.pipeline import load_checks
 from graphfix.pipeline import run as run_mod
+from graphfix.pipeline import set_inputs as set_inputs_mod
 from graphfix.pipeline import settings as settings_mod
 from graphfix.report import writer as writer_mod
 from graphfix.report.model import Report
@@ -135,6 +137,7 @@ def fix(
     progress=None,
     profile_shapes: Sequence[dict[str, Sequence[int]]] = (),
     fix_shapes: dict[str, Sequence[int]] | None = None,
+    set_inputs: Mapping[str, Any] | None = None,
     simplify: bool = False,
     max_memory: str | int = DEFAULT_MAX_MEMORY,
     timeout: float | None = None,
@@ -152,7 +155,11 @@ def fix(
     ``progress``: called with what the run is doing (``"phase: detail"``), e.g. to show a status line.
     ``inputs``: feeds (one dict per iteration) or a ``.npz``/polygraphy JSON file of them.
     ``fix_shapes``: input dims to freeze in the written model (the shape arithmetic that then
-    folds is folded; verified against the original at those shapes). ``simplify``: onnxsim first
+    folds is folded; verified against the original at those shapes). ``set_inputs``: graph inputs
+    to freeze to a value (``{"sr": 16000, "use_cache_branch": False}``, numbers, bools or small
+    arrays of the input's type and shape): what follows is folded and the Ifs they decide inlined,
+    verified against the original fed those values; the written model's metadata
+    (``graphfix.set_inputs``) and the report say so. ``simplify``: onnxsim first
     (``graphfix[simplify]``), verified and rolled back like a pass. ``max_memory`` (bytes, or
     ``"4G"``): candidate verification shapes whose run is estimated above it are not tried.
     ``timeout``: seconds one onnxruntime step may take (graphfix.runtime.worker.DEFAULT_TIMEOUT
@@ -202,6 +209,7 @@ def fix(
         pending.cancel()
         raise
     try:
+        frozen = set_inputs_mod.values(model, set_inputs or {}, source)
         inputs = _check_inputs(model, inputs, inputs_file, verify, [*_shape_sets(input_shapes), *_shape_sets(fix_shapes)],
                                iterations, source)
         settings = settings_mod.Settings(
@@ -209,7 +217,8 @@ def fix(
             force=pass_names(force), verify=verify, verify_each=verify_each, strict=strict, atol=atol, rtol=rtol, seed=seed,
             iterations=iterations, input_shapes=_shape_sets(input_shapes),
             profile_shapes=_shape_sets(list(profile_shapes)), val_range=dict(val_range or {}), feeds=inputs,
-            fix_shapes={k: tuple(int(d) for d in v) for k, v in (fix_shapes or {}).items()}, simplify=simplify,
+            fix_shapes={k: tuple(int(d) for d in v) for k, v in (fix_shapes or {}).items()}, set_inputs=frozen,
+            simplify=simplify,
             max_memory=options.parse_memory(max_memory),
             base_dir=None if source is None else str(Path(source).resolve().parent),
         )

@@ -25,7 +25,7 @@ from graphfix.report import summary as summary_mod
 from graphfix.report.model import ERROR, ROLLED_BACK
 from graphfix.runtime import worker as runtime_worker
 from graphfix.settings import checks as options
-from graphfix.settings.syntax import parse_input_shapes, parse_shape_sets, parse_val_ranges
+from graphfix.settings.syntax import parse_input_shapes, parse_set_inputs, parse_shape_sets, parse_val_ranges
 from graphfix.trt import support as trt_support
 from graphfix.verify import inputs as inputs_mod
 from graphfix.verify import sessions
@@ -64,6 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fix-shapes", action=_Shapes, nargs="+", type=_shape_item, metavar="NAME:1x3x320x320",
                    help="freeze these input dims in the written model and fold the shape arithmetic that becomes "
                         "constant (computed TopK K, Resize sizes, pads); verified against the original at those shapes")
+    g.add_argument("--set-input", action="append", metavar="NAME=VALUE",
+                   help="freeze an input to a value (a number, true/false, or a list like [1,2]; repeatable): what "
+                        "follows is folded and the Ifs it decides inlined, verified against the original fed that value")
     g.add_argument("--simplify", action="store_true",
                    help="run onnx-simplifier first (graphfix[simplify]), verified and rolled back like a pass")
     v = p.add_argument_group("verification (onnxruntime, before vs after every pass)")
@@ -213,6 +216,7 @@ def fix_one(args: argparse.Namespace) -> int:
     """Everything that can be refused is refused first (options, then every path); the files are
     written together at the end, all or none (graphfix.fs.transaction.Transaction)."""
     parse_input_shapes(args.input_shapes)  # syntax first
+    set_inputs = parse_set_inputs(args.set_input)
     val_range = parse_val_ranges(args.val_range)
     options.check_settings(passes=args.passes, iterations=args.iterations, seed=args.seed, atol=args.atol, rtol=args.rtol,
                            val_range=val_range, max_memory=args.max_memory)
@@ -233,7 +237,7 @@ def fix_one(args: argparse.Namespace) -> int:
             iterations=args.iterations, input_shapes=parse_shape_sets(args.input_shapes), verify_each=args.verify_each,
             profile_shapes=_profile_sets(args), progress=status,
             val_range=val_range, inputs=args.load_inputs, fix_shapes=parse_input_shapes(args.fix_shapes, "--fix-shapes"),
-            simplify=args.simplify, max_memory=args.max_memory, timeout=args.timeout,
+            set_inputs=set_inputs, simplify=args.simplify, max_memory=args.max_memory, timeout=args.timeout,
         )
     except BaseException:
         if status is not None:

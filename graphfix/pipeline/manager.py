@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from itertools import islice
 from typing import Any
 
 import onnx
@@ -58,14 +59,35 @@ def _auto(settings: Settings) -> bool:
 
 
 # ---------------------------------------------------------------------- passes on one graph
-def _signature(graph: gs.Graph) -> list[tuple]:
+#: The inputs/outputs (names, dtypes, shapes) of the main graph, and of each If/Loop/Scan body by id.
+Signature = tuple[list[tuple], dict[int, tuple[gs.Graph, list[tuple]]]]
+
+
+def _ends(graph: gs.Graph) -> list[tuple]:
     return [(t.name, str(t.dtype), tuple(t.shape) if t.shape is not None else None) for t in [*graph.inputs, *graph.outputs]]
 
 
-def _ensure(p: Pass, graph: gs.Graph, trt: TrtVersion | None, force: bool, skipped: set[str], signature: list[tuple]) -> str:
-    """The pass's post-condition: what is still wrong, or ""."""
-    if _signature(graph) != signature:
+def _signature(graph: gs.Graph) -> Signature:
+    return _ends(graph), {id(g): (g, _ends(g)) for g in islice(all_graphs(graph), 1, None)}
+
+
+def _changed_ends(graph: gs.Graph, signature: Signature) -> str:
+    """Which graph's inputs/outputs a pass changed: the main graph's, or a body's that is still
+    there (if-inline removes bodies, and the copies it inlines are new)."""
+    if _ends(graph) != signature[0]:
         return "graph inputs/outputs changed (names, dtypes or shapes)"
+    for g in islice(all_graphs(graph), 1, None):
+        before = signature[1].get(id(g))
+        if before is not None and before[0] is g and _ends(g) != before[1]:
+            return f"the inputs/outputs of body '{g.name}' changed (names, dtypes or shapes)"
+    return ""
+
+
+def _ensure(p: Pass, graph: gs.Graph, trt: TrtVersion | None, force: bool, skipped: set[str], signature: Signature) -> str:
+    """The pass's post-condition: what is still wrong, or ""."""
+    changed = _changed_ends(graph, signature)
+    if changed:
+        return changed
     for g in all_graphs(graph):
         g.opset = graph.opset
         ctx = Context(g, Builder(g, "ensure"), Folder(g), None if force else trt, force)
@@ -192,7 +214,7 @@ def node_record(region: regions_mod.Region, verdict: str, checked: str, reason: 
 
 
 def _run_pass(p: Pass, graph: gs.Graph, record: PassRecord, settings: Settings, trt: TrtVersion | None,
-              signature: list[tuple], counts: Counter, log: EditLog, step, after_pass) -> None:
+              signature: Signature, counts: Counter, log: EditLog, step, after_pass) -> None:
     step(f"running passes: {p.name}")
     t0 = time.perf_counter()
     mark = len(log.edits)

@@ -38,8 +38,8 @@ from graphfix.pipeline.checks import _check, check_fixed, trt_summary
 from graphfix.pipeline.feeds import _LazyFeeds
 from graphfix.pipeline.load_checks import LoadChecks
 from graphfix.pipeline.manager import _auto, choose_passes, run_passes, trt_version
-from graphfix.pipeline.settings import Outcome, Settings
-from graphfix.pipeline.steps import _freeze, _simplify
+from graphfix.pipeline.settings import Outcome, Settings, without_frozen
+from graphfix.pipeline.steps import _freeze, _simplify, _specialise
 from graphfix.pipeline.verification import _verify_each, verify_regions
 from graphfix.report.model import Report
 from graphfix.verify import inputs as inputs_mod
@@ -60,6 +60,10 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     report = Report(source, target, settings.public())
     counter = sessions_mod.SessionCounter()
     step = progress or (lambda what: None)
+    if settings.set_inputs:
+        step("freezing inputs")
+        model = _specialise(model, settings, report, counter, source, step)
+        settings = without_frozen(settings)
     if settings.fix_shapes:
         step("fixing input shapes")
         model = _freeze(model, settings, report, counter)

@@ -1,5 +1,5 @@
-"""Whole-model steps before the passes (--fix-shapes, --simplify), each verified and rolled back
-when it breaks a check the input passed.
+"""Whole-model steps before the passes (--set-input, --fix-shapes, --simplify), each verified and
+rolled back when it breaks a check the input passed.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from graphfix.check.findings import check_model
 from graphfix.errors import GraphfixError, first_line
 from graphfix.onnxio.validate import passes_full_check
 from graphfix.pipeline import fix_shapes
+from graphfix.pipeline import set_inputs as set_inputs_mod
 from graphfix.pipeline import simplify as simplify_mod
 from graphfix.pipeline.checks import _invalid
 from graphfix.pipeline.feeds import _LazyFeeds
@@ -38,6 +39,26 @@ def _freeze(model: onnx.ModelProto, settings: Settings, report: Report, counter:
     except sessions_mod.CannotRun as exc:
         raise GraphfixError(f"--fix-shapes: onnxruntime cannot run the model at {shapes_mod.describe(settings.fix_shapes)} "
                             f"({exc})") from exc
+
+
+def _specialise(model: onnx.ModelProto, settings: Settings, report: Report, counter: sessions_mod.SessionCounter,
+                source: str | None, step) -> onnx.ModelProto:
+    """--set-input as a verified step before the others: the specialised model against the
+    original with those inputs made initializers of their values (the original fed them; two
+    sessions, two more under the users' settings). Rolled back, the inputs stay frozen and
+    unfolded: the model is still the one asked for, only not simplified."""
+    t0 = time.perf_counter()
+    frozen = settings.set_inputs
+    reference, specialised, gone = set_inputs_mod.specialise(model, frozen)
+    report.notes.append(f"specialised with --set-input {set_inputs_mod.describe(frozen)}: the written model no longer "
+                        f"takes {', '.join(frozen)} as input{'s' if len(frozen) > 1 else ''} (its metadata "
+                        f"{set_inputs_mod.METADATA_KEY} says so)")
+    feeds = _LazyFeeds(reference, settings, report, source, counter, step).get() if settings.verify else []
+    try:
+        return _whole_model_step("set-input", reference, specialised, max(gone, 1), feeds, settings, report, counter, t0)
+    except sessions_mod.CannotRun as exc:
+        raise GraphfixError(f"--set-input: onnxruntime cannot run the model with {set_inputs_mod.describe(frozen)} ({exc})",
+                            source) from exc
 
 
 def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counter: sessions_mod.SessionCounter,

@@ -121,6 +121,8 @@ ARGUMENTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "progress": (_optional(callable), "None or a function taking one str"),
     "max_memory": (lambda v: isinstance(v, str) or _real(v), "a number of bytes or a size string such as '4G'"),
     "timeout": (_optional(_real), "None (the default) or a number of seconds"),
+    "set_inputs": (_optional(lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
+                   "None or a dict of input name to a value (a number, a bool, a list or a numpy array)"),
     "path": (_path, _PATH),
     "external_data": (_optional(_path), f"None or {_PATH} (a file name beside the model)"),
 }

@@ -79,6 +79,20 @@ def pass_names(given: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(n.strip() for item in items for n in item.split(",") if n.strip())
 
 
+def parse_set_inputs(items: list[str] | None) -> dict[str, str]:
+    """``--set-input NAME=VALUE`` (repeatable): the values as text, typed against the model's
+    inputs once it is loaded (graphfix.pipeline.set_inputs.values)."""
+    given: dict[str, str] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise GraphfixError(f"bad --set-input entry {item!r}: expected NAME=VALUE (sr=16000, use_cache_branch=false, t=[1,2])")
+        if name.strip() in given:
+            raise GraphfixError(f"--set-input names {name.strip()!r} twice")
+        given[name.strip()] = value.strip()
+    return given
+
+
 def _split_items(items: list[str] | None) -> list[str]:
     out: list[str] = []
     for item in items or []:

@@ -19,7 +19,7 @@ from graphfix.analysis.aten_reference import evaluator, run_results
 from graphfix.errors import GraphfixError
 from graphfix.fs.signals import reraise_swallowed_signal
 from graphfix.onnxio.ir import runtime_compatible
-from graphfix.onnxio.proto import Assembled
+from graphfix.onnxio.proto import Assembled, all_nodes
 from graphfix.runtime import session as session_mod
 from graphfix.runtime import worker as runtime_worker
 from graphfix.verify.compare import (
@@ -55,7 +55,7 @@ DEFAULT_SETTINGS_NOTE = ("onnxruntime could not run the model with verification'
 
 def session(model: onnx.ModelProto, base_dir=None, tuned: bool = True):
     """A bare onnxruntime CPU session (the candidate-shape search), in graphfix's worker process."""
-    if any(n.op_type == "ATen" for n in model.graph.node):  # onnxruntime has no ATen kernels
+    if any(n.op_type == "ATen" for n in all_nodes(model.graph)):  # onnxruntime has no ATen kernels
 
         return evaluator(model)
 
@@ -115,12 +115,15 @@ _LABELS = {"original": "the input model", "graphfix-probe": "the verification pr
 
 
 def _wrong_in_onnxruntime(model: onnx.ModelProto, initializers: list[onnx.TensorProto] | None = None) -> bool:
-    """A node the installed onnxruntime computes wrongly, so it cannot be the reference: Col2Im
-    that is not 2-D with a dilation > 1 (onnxruntime 1.32 misplaces the blocks; the ONNX
-    reference evaluator follows the spec), STFT/DFT of a length that is not a power of two, an
-    opset-26+ op it does not implement. ``initializers``: the model's, where ``model`` is a stub without them."""
+    """A node the installed onnxruntime cannot run or computes wrongly, in the main graph or in
+    a body, so it cannot be the reference: ATen (no kernels), Col2Im that is not 2-D with a
+    dilation > 1 (onnxruntime 1.32 misplaces the blocks; the ONNX reference evaluator follows the
+    spec), STFT/DFT of a length that is not a power of two, an opset-26+ op it does not
+    implement. ``initializers``: the model's, where ``model`` is a stub without them."""
     weights: dict[str, onnx.TensorProto] | None = None
-    for n in model.graph.node:
+    for n in all_nodes(model.graph):
+        if n.op_type == "ATen":
+            return True
         if n.op_type == "Col2Im" and not _onnxruntime_col2im_dilation_ok():
             dilations = next((list(a.ints) for a in n.attribute if a.name == "dilations"), [])
             if len(dilations) != 2 and any(d > 1 for d in dilations):
@@ -266,7 +269,7 @@ def on_onnxruntime(model: onnx.ModelProto | Assembled) -> bool:
     """Whether verification runs ``model`` on onnxruntime (not on the ONNX reference evaluator:
     ATen nodes, ops the installed onnxruntime computes wrongly)."""
     parts = Assembled.of(model)
-    return not (any(n.op_type == "ATen" for n in parts.stub.graph.node) or _wrong_in_onnxruntime(parts.stub, parts.initializers))
+    return not _wrong_in_onnxruntime(parts.stub, parts.initializers)
 
 
 def users_run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: SessionCounter,
