@@ -22,6 +22,7 @@ import onnx_graphsurgeon as gs
 from graphfix import passes
 from graphfix.analysis.fold import Folder
 from graphfix.analysis.origin import DATA, SHAPE_INPUTS, ValueOrigins
+from graphfix.check import restrictions
 from graphfix.check.errors import bare_text
 from graphfix.graph import Builder, is_weights, tensor_dtype, to_graph
 from graphfix.graph.importer import all_graphs
@@ -126,10 +127,12 @@ def check_graph(graph: gs.Graph, trt: str, opset: int, weight_types: set[int]) -
         folder = Folder(graph)
         origins = ValueOrigins(folder)
         ctx = Context(graph, Builder(graph, "check"), folder, release.version)
-        for g in all_graphs(graph):
+        graphs = list(all_graphs(graph))
+        where = restrictions.enclosing(graph) if len(graphs) > 1 else {}
+        for g in graphs:
             ctx.graph = g
             for node in list(g.nodes):
-                findings.extend(_node_findings(node, release, ctx, origins))
+                findings.extend(_node_findings(node, release, ctx, origins, where.get(id(g), [])))
         findings.extend(_weight_type_notes(weight_types, release))
     finally:
         gc.unfreeze()
@@ -144,9 +147,10 @@ def check_nodes(root: gs.Graph, nodes: list[tuple[gs.Graph, gs.Node]], trt: str)
     origins = ValueOrigins(folder)
     ctx = Context(root, Builder(root, "check"), folder, release.version)
     findings: list[CheckFinding] = []
+    where = restrictions.enclosing(root) if any(g is not root for g, _ in nodes) else {}
     for g, node in nodes:
         ctx.graph = g
-        findings.extend(_node_findings(node, release, ctx, origins))
+        findings.extend(_node_findings(node, release, ctx, origins, where.get(id(g), [])))
     return findings
 
 
@@ -184,7 +188,9 @@ def _opset_findings(opset: int, release: support.Release) -> Iterator[CheckFindi
                        rule="opset", evidence="operator table")
 
 
-def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:
+def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins,
+                   inside: list[str]) -> Iterator[CheckFinding]:
+    """``inside``: the nodes whose subgraph holds ``node`` (outermost first; empty at top level)."""
     domain = node.domain or ""
     if domain == "org.pytorch.aten" and node.op == "ATen":
         yield _finding(node, BLOCKING, f"ATen fallback node ({node.attrs.get('operator', '?')}): no TensorRT release parses ATen",
@@ -218,9 +224,17 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
             yield _finding(node, BLOCKING if rule.certain else WARNING, message, rule.error, p.name,
                            rule=rule.kind, evidence=rule.evidence, certain=rule.certain)
     yield from _restriction_findings(node, release, ctx)
+    typed = False
+    for r, message in restrictions.broken(node, ctx):
+        typed = typed or r.types
+        finding = _finding(node, BLOCKING if r.blocking else WARNING, message, r.error, None, [*inside, node.name] if inside else None,
+                           rule=r.kind, evidence=r.evidence)
+        finding.upstream = r.upstream
+        yield finding
     if not claimed:
         yield from _shape_tensor_findings(node, origins)
-        yield from _type_findings(node, entry, release)
+        if not typed:
+            yield from _type_findings(node, entry, release)
 
 
 @functools.cache
@@ -351,6 +365,8 @@ def _type_findings(node: gs.Node, entry: support.OpSupport, release: support.Rel
         return  # DOUBLE weights (initializers, Constant values) are cast down to FLOAT at import
     if token == "BOOL" and node.op in ("Gather", "GatherElements", "GatherND"):
         return  # handled by bool-gather-cast's version-aware match
+    if node.op == "DequantizeLinear" and node.inputs[0].inputs and node.inputs[0].inputs[0].op == "QuantizeLinear":
+        return  # TensorRT types a QuantizeLinear's output INT8 whatever ONNX says; the Q's own findings cover UINT8
     yield _finding(node, WARNING, f"{node.op} on {token} is not in TensorRT {release.key}'s documented types {list(entry.types)}",
                    "type-restricted-ops", prefer=node.op, exact=True)
 
