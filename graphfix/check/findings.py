@@ -228,7 +228,7 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
     for r, message in restrictions.broken(node, ctx):
         typed = typed or r.types
         finding = _finding(node, BLOCKING if r.blocking else WARNING, message, r.error, None, [*inside, node.name] if inside else None,
-                           rule=r.kind, evidence=r.evidence)
+                           prefer=r.prefer, rule=r.kind, evidence=r.evidence)
         finding.upstream = r.upstream
         yield finding
     if not claimed:

@@ -43,6 +43,8 @@ class Restriction:
     error: str | None = None
     #: The rule is about the node's input types (check's generic type warning is then left out).
     types: bool = False
+    #: Quote the errors.json example of ``error`` that holds this text.
+    prefer: str | None = None
 
     @cached_property
     def range(self) -> VersionRange:
@@ -233,7 +235,8 @@ RESTRICTIONS: tuple[Restriction, ...] = (
                 "\"round_prefer_floor\") 'This version of TensorRT only support round_prefer_floor nearest mode in "
                 "tf_half_pixel_for_nn!', builtin_op_importers.cpp 8.0-GA..8.6-GA, 9.0-GA; the same STATIC_CHECK in "
                 "onnxOpCheckers.cpp 10.0-GA, 10.1-GA, main@7ecb49a (9.1-9.3 dropped the check); docs/operators.md lists "
-                "tf_half_pixel_for_nn and every nearest_mode without the pairing", _RESIZE_FIX, error="resize-nearest-mode"),
+                "tf_half_pixel_for_nn and every nearest_mode without the pairing", _RESIZE_FIX, error="resize-nearest-mode",
+                prefer="tf_half_pixel_for_nn"),
     Restriction("resize-tf-half-pixel-rounding", frozenset({"Resize"}), WRONG_RESULTS, ">=9.1,<10.0", _tf_half_pixel_rounded,
                 "importResize, builtin_op_importers.cpp 9.1, 9.2, 9.3: no check; tf_half_pixel_for_nn becomes HALF_PIXEL "
                 "with ResizeRoundMode::kCEIL and nearest_mode is applied only to the other modes", _RESIZE_FIX),
