@@ -60,6 +60,19 @@ NO_REWRITE = {
                        "recurrence runs token by token (the op's function body is a Scan). Export at opset 18-22, where the "
                        "exporter writes the model's own recurrent or chunked linear-attention code in standard ops",
 }
+#: onnxruntime's quantizers' QOperator and dynamic-quantization ops: no importer in any release
+#: (docs/operators.md 8.0-GA..10.1-GA: N; no DEFINE_BUILTIN_OP_IMPORTER in builtin_op_importers.cpp
+#: 8.x-9.x or onnxOpImporters.cpp 10.0-GA/10.1-GA), and an integer rewrite would not be TensorRT's int8.
+_QDQ_INSTEAD = ("quantize in QDQ format instead (onnxruntime.quantization.quantize_static(..., quant_format=QuantFormat.QDQ, "
+                "activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, extra_options={'ActivationSymmetric': True}) "
+                "or NVIDIA ModelOpt), which TensorRT imports as INT8 Q/DQ layers, or export the float model and let TensorRT "
+                "calibrate it")
+NO_REWRITE.update({
+    op: f"no {op} importer in any TensorRT release ({how}), and no graphfix rewrite: {_QDQ_INSTEAD}"
+    for op, how in (("QLinearConv", "QOperator format"), ("QLinearMatMul", "QOperator format"),
+                    ("ConvInteger", "dynamic quantization"), ("MatMulInteger", "dynamic quantization"),
+                    ("DynamicQuantizeLinear", "dynamic quantization: its scale is computed per run"))
+})
 _TYPE_TOKENS = {"float32": "FP32", "float16": "FP16", "int32": "INT32", "int64": "INT64", "int8": "INT8", "uint8": "UINT8",
                 "bool": "BOOL", "float64": "DOUBLE"}
 

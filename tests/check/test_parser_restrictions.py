@@ -202,3 +202,15 @@ def test_every_restriction_cites_the_importer_source_and_a_fix():
     for r in RESTRICTIONS:
         assert any(b in r.evidence for b in ("-GA", "9.1", "9.3")), r.name
         assert r.upstream and r.ops, r.name
+
+
+@pytest.mark.parametrize("trt", ["8.6", "10.1"])
+def test_qoperator_and_dynamic_quantization_ops_say_to_quantize_in_qdq_format(trt):
+    m = model([node("DynamicQuantizeLinear", ["x"], ["q", "s", "zp"], name="dql"),
+               node("MatMulInteger", ["q", "w", "zp", "wzp"], ["y"], name="mmi")],
+              [inp("x", FLOAT, [2, 4])], [out("y", onnx.TensorProto.INT32, [2, 3])],
+              [init("w", np.ones((4, 3), np.uint8)), init("wzp", np.uint8(0))], opset=13)
+    for op in ("DynamicQuantizeLinear", "MatMulInteger"):
+        found = _findings(m, trt, op)
+        assert [(f.severity, f.rule) for f in found] == [("blocking", "no-importer")], found
+        assert "QuantFormat.QDQ" in found[0].message
