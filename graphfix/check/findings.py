@@ -96,10 +96,12 @@ class CheckFinding:
     upstream: str = ""
     #: For a shape tensor computed from data: which input of ``node`` reads it.
     shape_input: int | None = None
+    #: A whole-model step of graphfix that clears it (``--convert-opset 13``), where no pass does.
+    fix_step: str = ""
 
     @property
     def remedy(self) -> str:
-        return self.fix_pass or f"no rewrite: {self.upstream or 'change the export'}"
+        return self.fix_pass or self.fix_step or f"no rewrite: {self.upstream or 'change the export'}"
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields and remedy (dataclasses.asdict deep-copies: 3 s for 25k findings)."""
@@ -189,16 +191,35 @@ def _finding(node: gs.Node | None, severity: str, message: str, error_id: str | 
                         path or [], rule, evidence, certain)
 
 
+#: Below this opset every parser from 7.0 on logs "TensorRT supports ONNX graphs generated with at
+#: least opset 7. Models using older opsets are not guaranteed to work." and imports anyway
+#: (ModelImporter.cpp 7.0, 8.0-GA ... 9.3, 10.0-GA, 10.1-GA); it refuses no opset, old or new.
+WARNED_BELOW = 7
+#: The opset `graphfix check` advises converting to: the oldest every documented parser lists
+#: (the 10.x/11.x tables: 9+) with the ops TensorRT exports use in their current form (Resize-13,
+#: Split/Squeeze/Unsqueeze with input axes).
+CONVERT_TO = 13
+
+
 def _opset_findings(opset: int, release: support.Release) -> Iterator[CheckFinding]:
-    """The parser only logs a warning for a newer opset (importers read the attributes they know)."""
+    """The parser only logs a warning for a newer opset (importers read the attributes they know)
+    and for one older than 7; the 10.x tables list 9+ and the code does not enforce it."""
     lo, hi = support.opset_range(release)
     if hi is not None and opset > hi:
         yield _finding(None, WARNING, f"model opset {opset} is newer than TensorRT {release.key}'s parser documents (<= {hi}); "
                        "the parser warns and imports what it knows, so only the node findings below block", None,
                        rule="opset", evidence="parser source (opset check is a warning)")
-    if lo is not None and opset < lo:
-        yield _finding(None, BLOCKING, f"model opset {opset} is older than TensorRT {release.key}'s parser supports (>= {lo}); re-export or convert with onnx.version_converter", None,
-                       rule="opset", evidence="operator table")
+    floor = max(lo or 0, WARNED_BELOW if release.version >= TrtVersion("7.0") else 0)
+    if opset < floor:
+        said = (f"the parser warns 'at least opset {WARNED_BELOW} ... not guaranteed to work'" if opset < WARNED_BELOW
+                else f"its operator table lists opset {lo}+ (the parser warns only below {WARNED_BELOW})")
+        finding = _finding(None, WARNING, f"model opset {opset} is older than TensorRT {release.key} supports: {said} and "
+                           "imports anyway, reading each op as the newer opsets define it", None, rule="opset",
+                           evidence="ModelImporter.cpp 7.0, 8.0-GA..9.3, 10.0-GA, 10.1-GA: LOG_WARNING below opset 7, "
+                                    "no refusal; docs/operators.md 10.0-GA/10.1-GA: 'opset 9 to 20'")
+        finding.fix_step = (f"--convert-opset {CONVERT_TO}: graphfix IN OUT --convert-opset {CONVERT_TO} --trt {release.requested} "
+                            "(onnx.version_converter, verified against onnxruntime like a pass)")
+        yield finding
 
 
 def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins,

@@ -1,5 +1,5 @@
-"""Whole-model steps before the passes (--fix-shapes, --simplify), each verified and rolled back
-when it breaks a check the input passed.
+"""Whole-model steps before the passes (--fix-shapes, --convert-opset, --simplify), each verified
+and rolled back when it breaks a check the input passed.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import onnx
 from graphfix.check.findings import check_model
 from graphfix.errors import GraphfixError, first_line
 from graphfix.onnxio.validate import passes_full_check
+from graphfix.pipeline import convert_opset as convert_mod
 from graphfix.pipeline import fix_shapes
 from graphfix.pipeline import simplify as simplify_mod
 from graphfix.pipeline.checks import _invalid
@@ -38,6 +39,31 @@ def _freeze(model: onnx.ModelProto, settings: Settings, report: Report, counter:
     except sessions_mod.CannotRun as exc:
         raise GraphfixError(f"--fix-shapes: onnxruntime cannot run the model at {shapes_mod.describe(settings.fix_shapes)} "
                             f"({exc})") from exc
+
+
+def _convert_opset(model: onnx.ModelProto, settings: Settings, report: Report, counter: sessions_mod.SessionCounter,
+                   feeds: _LazyFeeds, source: str | None = None) -> onnx.ModelProto:
+    """--convert-opset N (onnx.version_converter) as a verified step: kept only when the converted
+    model gives the original's outputs; a model the converter cannot convert goes on as it was."""
+    t0 = time.perf_counter()
+    target = settings.convert_opset
+    try:
+        converted = convert_mod.convert(model, target)
+    except convert_mod.ConvertFailed as exc:
+        report.passes.append(PassRecord("convert-opset", ERROR, reason=f"not applied: onnx.version_converter to opset "
+                                        f"{target} failed ({exc})"))
+        return model
+    if converted is model:
+        report.passes.append(PassRecord("convert-opset", UNCHANGED, nodes_before=len(model.graph.node),
+                                        nodes_after=len(model.graph.node), seconds=round(time.perf_counter() - t0, 4)))
+        return model
+    try:
+        return _whole_model_step("convert-opset", model, converted, len(converted.graph.node),
+                                 feeds.get() if settings.verify else [], settings, report, counter, t0)
+    except sessions_mod.CannotRun as exc:
+        raise GraphfixError(f"--convert-opset: onnxruntime cannot run the input or the converted model, so the conversion "
+                            f"cannot be verified ({exc}); fix the inputs (--input-shapes/--val-range/--load-inputs) or use "
+                            "--no-verify", source) from exc
 
 
 def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counter: sessions_mod.SessionCounter,

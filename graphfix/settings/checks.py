@@ -86,6 +86,20 @@ def check_settings(*, passes: Any = "all", iterations: int = 1, seed: int = 1, a
             raise GraphfixError(f"{name} {value}: must be a finite number >= 0 (NaN or inf would switch verification off)")
 
 
+#: The lowest --convert-opset target: every TensorRT parser from 7.0 on warns below it (ModelImporter.cpp).
+LOWEST_CONVERT_OPSET = 7
+
+
+def check_convert_opset(target: int | None) -> None:
+    """A target opset ONNX's converter can write (None: no conversion)."""
+    if target is None:
+        return
+    newest = onnx.defs.onnx_opset_version()
+    if not isinstance(target, int) or isinstance(target, bool) or not LOWEST_CONVERT_OPSET <= target <= newest:
+        raise GraphfixError(f"--convert-opset {_shown(target)}: must be a whole number in {LOWEST_CONVERT_OPSET}..{newest} "
+                            f"(the opsets onnx {onnx.__version__} converts to)")
+
+
 def check_dims(option: str, shape_sets: Sequence[Mapping[str, Sequence[int]]]) -> None:
     """Every dim of every shape given in ``option`` is a whole number in 0..MAX_DIM."""
     for shapes in shape_sets:
