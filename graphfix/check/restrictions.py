@@ -200,19 +200,19 @@ _IF_FIX = ("make both branches return the same shape (Reshape/Unsqueeze the shor
 RESTRICTIONS: tuple[Restriction, ...] = (
     Restriction("qdq-uint8", QDQ, TYPE, ">=8.5", _uint8,
                 f"{_QDQ_SOURCE}: CHECK(notInvalidType(inputs.at(0), {{\"UINT8\"}})) and, for QuantizeLinear, "
-                "notInvalidType(inputs.at(2), {\"UINT8\"}): 'Found invalid input type of UINT8', builtin_op_importers.cpp "
+                "notInvalidType(inputs.at(2), {\"UINT8\"}): 'Found invalid input type of UINT8' (8.x-9.x) / 'Found unsupported input type of UINT8' (10.x), builtin_op_importers.cpp "
                 "8.5-GA, 8.6-GA, 9.0-GA, 9.3; onnxOpImporters.cpp 10.0-GA, 10.1-GA, main@7ecb49a (the 9.0+ warning 'TensorRT "
                 "will use INT8 instead' of a UINT8 zero point comes after these checks); docs/operators.md lists "
                 "DequantizeLinear for INT8 (8.x) / INT8, FP8, INT4 (9.0+) only",
-                f"quantize to INT8: {_REQUANTIZE}", types=True),
+                f"quantize to INT8: {_REQUANTIZE}", error="qdq-uint8", types=True),
     Restriction("qdq-uint8-as-int8", QDQ, WRONG_RESULTS, ">=8.0,<8.5", _uint8_as_int8,
                 "builtin_op_importers.cpp 8.0-GA..8.4-GA: no type check; UINT8 weights are widened to INT32 "
                 "(onnx2trt_utils.cpp convertUINT8) and the layer quantizes to INT8",
                 f"quantize to INT8: {_REQUANTIZE}", types=True),
     Restriction("qdq-zero-point", QDQ, LIMIT, ">=8.0,<9.0 || >=9.1", _nonzero_zero_point, _SYMMETRIC,
-                f"use symmetric quantization: {_REQUANTIZE}", error=None),
+                f"use symmetric quantization: {_REQUANTIZE}", error="qdq-asymmetric-zero-point"),
     Restriction("qdq-zero-point-dq", frozenset({"DequantizeLinear"}), LIMIT, ">=9.0,<9.1", _nonzero_zero_point,
-                _SYMMETRIC, f"use symmetric quantization: {_REQUANTIZE}"),
+                _SYMMETRIC, f"use symmetric quantization: {_REQUANTIZE}", error="qdq-asymmetric-zero-point"),
     Restriction("q-zero-point-ignored", frozenset({"QuantizeLinear"}), WRONG_RESULTS, ">=9.0,<9.1", _nonzero_zero_point,
                 f"{_QDQ_SOURCE}, builtin_op_importers.cpp 9.0-GA: the zero point is checked and read only "
                 "'if (chosenDataType == DataType::kINT8 && isDQ)': a QuantizeLinear's is dropped (quantized as if 0)",
@@ -228,7 +228,8 @@ RESTRICTIONS: tuple[Restriction, ...] = (
     Restriction("qdq-scale-positive", QDQ, LIMIT, ">=8.0", _non_positive_scale,
                 f"{_QDQ_SOURCE}: ASSERT(scaleAllPositive) 'Scale coefficients must all be positive' on a weights scale, "
                 "builtin_op_importers.cpp 8.0-GA..9.3, onnxOpImporters.cpp 10.0-GA, 10.1-GA, main@7ecb49a",
-                "give every scale a positive value (a channel whose weights are all zero still needs a scale > 0, e.g. 1)"),
+                "give every scale a positive value (a channel whose weights are all zero still needs a scale > 0, e.g. 1)",
+                error="qdq-scale-not-positive"),
     Restriction("resize-tf-half-pixel-nearest-mode", frozenset({"Resize"}), LIMIT, ">=8.0,<9.1 || >=10.0",
                 _tf_half_pixel_not_prefer_floor,
                 "importResize: ASSERT(transformationMode != \"tf_half_pixel_for_nn\" || nearest_mode == "

@@ -214,3 +214,20 @@ def test_qoperator_and_dynamic_quantization_ops_say_to_quantize_in_qdq_format(tr
         found = _findings(m, trt, op)
         assert [(f.severity, f.rule) for f in found] == [("blocking", "no-importer")], found
         assert "QuantFormat.QDQ" in found[0].message
+
+
+@pytest.mark.parametrize("line,error_id", [
+    ('Assertion failed: shiftIsAllZeros(zeroPoint) && "TensorRT only supports symmetric quantization. The zero point for '
+     'the QuantizeLinear/DequantizeLinear operator must be all zeros."', "qdq-asymmetric-zero-point"),
+    ("In node 3 with name: q and operator: QuantizeLinear (importQuantizeLinear): UNSUPPORTED_NODE: Found unsupported "
+     "input type of UINT8", "qdq-uint8"),
+    ('Assertion failed: scaleAllPositive && "Scale coefficients must all be positive"', "qdq-scale-not-positive"),
+])
+def test_explain_knows_the_quantization_errors_check_predicts(line, error_id):
+    from graphfix.check.errors import match_log
+
+    found = match_log(line)
+    assert found and found[0].id == error_id and found[0].fix_pass is None
+    predicted = {f.error_id for trt in ("8.6", "10.1") for m in (_qdq(3), _qdq(128, np.uint8), _qdq(0, scale=-1.0))
+                 for f in check_model(m, trt).findings}
+    assert error_id in predicted
