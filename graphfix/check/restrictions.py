@@ -126,9 +126,12 @@ def _non_positive_scale(node: gs.Node, ctx: Context) -> str | None:
 
 _QDQ_SOURCE = "onnx-tensorrt QuantDequantLinearHelper"
 _SYMMETRIC = (f"{_QDQ_SOURCE}: ASSERT(shiftIsAllZeros(zeroPoint)) 'TRT only supports symmetric quantization' on a "
-              "weights zero point, builtin_op_importers.cpp 8.0-GA..8.6-GA, 9.0-GA (DequantizeLinear only; "
-              "QuantizeLinear's zero point is not read there) and 9.3, onnxOpImporters.cpp 10.0-GA, 10.1-GA, main@7ecb49a; "
+              "weights zero point, builtin_op_importers.cpp 8.0-GA..8.6-GA, 9.1, 9.3 (9.0-GA and 9.2: DequantizeLinear only, "
+              "QuantizeLinear's zero point is not read there), onnxOpImporters.cpp 10.0-GA, 10.1-GA, main@7ecb49a; "
               "docs/operators.md 8.0-GA..10.1-GA and the 10.6+ tables: 'zero_point must be 0'")
+#: Releases whose importer checks both ops' zero points, and those that check (and read) only
+#: DequantizeLinear's: 9.0-GA and 9.2 test ``chosenDataType == kINT8 && isDQ``, 9.1 and 9.3 do not.
+_BOTH_CHECKED, _DQ_ONLY_CHECKED = ">=8.0,<9.0 || >=9.1,<9.2 || >=9.3", ">=9.0,<9.1 || >=9.2,<9.3"
 _REQUANTIZE = ("re-quantize symmetrically with INT8 zero points of 0 (onnxruntime.quantization.quantize_static(..., "
                "quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, "
                "extra_options={'ActivationSymmetric': True, 'WeightSymmetric': True}), or NVIDIA ModelOpt / "
@@ -209,12 +212,12 @@ RESTRICTIONS: tuple[Restriction, ...] = (
                 "builtin_op_importers.cpp 8.0-GA..8.4-GA: no type check; UINT8 weights are widened to INT32 "
                 "(onnx2trt_utils.cpp convertUINT8) and the layer quantizes to INT8",
                 f"quantize to INT8: {_REQUANTIZE}", types=True),
-    Restriction("qdq-zero-point", QDQ, LIMIT, ">=8.0,<9.0 || >=9.1", _nonzero_zero_point, _SYMMETRIC,
+    Restriction("qdq-zero-point", QDQ, LIMIT, _BOTH_CHECKED, _nonzero_zero_point, _SYMMETRIC,
                 f"use symmetric quantization: {_REQUANTIZE}", error="qdq-asymmetric-zero-point"),
-    Restriction("qdq-zero-point-dq", frozenset({"DequantizeLinear"}), LIMIT, ">=9.0,<9.1", _nonzero_zero_point,
+    Restriction("qdq-zero-point-dq", frozenset({"DequantizeLinear"}), LIMIT, _DQ_ONLY_CHECKED, _nonzero_zero_point,
                 _SYMMETRIC, f"use symmetric quantization: {_REQUANTIZE}", error="qdq-asymmetric-zero-point"),
-    Restriction("q-zero-point-ignored", frozenset({"QuantizeLinear"}), WRONG_RESULTS, ">=9.0,<9.1", _nonzero_zero_point,
-                f"{_QDQ_SOURCE}, builtin_op_importers.cpp 9.0-GA: the zero point is checked and read only "
+    Restriction("q-zero-point-ignored", frozenset({"QuantizeLinear"}), WRONG_RESULTS, _DQ_ONLY_CHECKED, _nonzero_zero_point,
+                f"{_QDQ_SOURCE}, builtin_op_importers.cpp 9.0-GA, 9.2: the zero point is checked and read only "
                 "'if (chosenDataType == DataType::kINT8 && isDQ)': a QuantizeLinear's is dropped (quantized as if 0)",
                 f"use symmetric quantization: {_REQUANTIZE}"),
     Restriction("qdq-three-inputs", QDQ, LIMIT, ">=8.0,<8.6", _no_zero_point,

@@ -36,7 +36,7 @@ def _qdq(zero_point: int | None, dtype: type = np.int8, scale: float = 0.1) -> o
                  [inp("x", FLOAT, [1, 4])], [out("y", FLOAT, [1, 4])], inits, opset=13)
 
 
-@pytest.mark.parametrize("trt", ["8.0", "8.6", "9.3", "10.1", "10.8"])
+@pytest.mark.parametrize("trt", ["8.0", "8.6", "9.1", "9.3", "10.1", "10.8"])
 def test_a_nonzero_zero_point_blocks_and_zero_passes(trt):
     for op in ("QuantizeLinear", "DequantizeLinear"):
         found = _findings(_qdq(3), trt, op)
@@ -47,12 +47,13 @@ def test_a_nonzero_zero_point_blocks_and_zero_passes(trt):
         assert _findings(_qdq(0), trt, op) == []
 
 
-def test_at_9_0_a_quantize_zero_point_is_dropped_not_refused():
-    assert _severities(_qdq(3), "9.0", "QuantizeLinear") == {("warning", "wrong-results")}
-    assert _severities(_qdq(3), "9.0", "DequantizeLinear") == {("blocking", "outside-limits")}
+@pytest.mark.parametrize("trt", ["9.0", "9.2"])
+def test_at_9_0_and_9_2_a_quantize_zero_point_is_dropped_not_refused(trt):
+    assert _severities(_qdq(3), trt, "QuantizeLinear") == {("warning", "wrong-results")}
+    assert _severities(_qdq(3), trt, "DequantizeLinear") == {("blocking", "outside-limits")}
 
 
-@pytest.mark.parametrize("trt", ["8.5", "8.6", "9.2", "10.1"])
+@pytest.mark.parametrize("trt", ["8.5", "8.6", "9.1", "10.1"])
 def test_uint8_quantization_is_refused_from_8_5(trt):
     found = _findings(_qdq(128, np.uint8), trt, "QuantizeLinear")
     assert {(f.severity, f.rule) for f in found} == {("blocking", "unsupported-type"), ("blocking", "outside-limits")}
