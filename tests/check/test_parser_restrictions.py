@@ -232,3 +232,13 @@ def test_explain_knows_the_quantization_errors_check_predicts(line, error_id):
     predicted = {f.error_id for trt in ("8.6", "10.1") for m in (_qdq(3), _qdq(128, np.uint8), _qdq(0, scale=-1.0))
                  for f in check_model(m, trt).findings}
     assert error_id in predicted
+
+
+def test_the_readiness_matrix_says_what_to_change(tmp_path, capsys):
+    path = tmp_path / "tf2onnx_upsample.onnx"
+    onnx.save(_resize("floor"), path)
+    assert main(["check", str(path), "--trt", "9.2,10.1"]) == 1
+    text = capsys.readouterr().out
+    assert "BLOCKED: Resize" in text
+    assert f"{path} @ 10.1: Resize resize: coordinate_transformation_mode 'tf_half_pixel_for_nn'" in text
+    assert "; fix: set coordinate_transformation_mode='half_pixel' and nearest_mode='round_prefer_ceil'" in text
