@@ -224,7 +224,16 @@ def _opset_findings(opset: int, release: support.Release) -> Iterator[CheckFindi
 
 def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins,
                    inside: list[str]) -> Iterator[CheckFinding]:
-    """``inside``: the nodes whose subgraph holds ``node`` (outermost first; empty at top level)."""
+    """``inside``: the nodes whose subgraph holds ``node`` (outermost first; empty at top level):
+    a finding in an If branch or a Loop body gets them, then the node, as its ``path`` (a shape
+    tensor's finding keeps its own: the path from the data)."""
+    for finding in _findings_of(node, release, ctx, origins):
+        if inside and finding.shape_input is None and not finding.path:
+            finding.path = [*inside, node.name]
+        yield finding
+
+
+def _findings_of(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:
     domain = node.domain or ""
     if domain == "org.pytorch.aten" and node.op == "ATen":
         yield _finding(node, BLOCKING, f"ATen fallback node ({node.attrs.get('operator', '?')}): no TensorRT release parses ATen",
@@ -261,8 +270,8 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
     typed = False
     for r, message in restrictions.broken(node, ctx):
         typed = typed or r.types
-        finding = _finding(node, BLOCKING if r.blocking else WARNING, message, r.error, None, [*inside, node.name] if inside else None,
-                           prefer=r.prefer, rule=r.kind, evidence=r.evidence)
+        finding = _finding(node, BLOCKING if r.blocking else WARNING, message, r.error, prefer=r.prefer, rule=r.kind,
+                           evidence=r.evidence)
         finding.upstream = r.upstream
         yield finding
     if not claimed:

@@ -242,3 +242,14 @@ def test_the_readiness_matrix_says_what_to_change(tmp_path, capsys):
     assert "BLOCKED: Resize" in text
     assert f"{path} @ 10.1: Resize resize: coordinate_transformation_mode 'tf_half_pixel_for_nn'" in text
     assert "; fix: set coordinate_transformation_mode='half_pixel' and nearest_mode='round_prefer_ceil'" in text
+
+
+def test_any_finding_inside_a_body_names_the_nodes_that_hold_it():
+    then = helper.make_graph([node("Unique", ["x"], ["u"], name="unique_in_then", sorted=1)], "then", [],
+                             [out("u", FLOAT, ["n"])])
+    other = helper.make_graph([node("Identity", ["x"], ["e"], name="else_id")], "else", [], [out("e", FLOAT, ["n"])])
+    graph = helper.make_graph([node("If", ["c"], ["y"], name="gate", then_branch=then, else_branch=other)], "m",
+                              [inp("x", FLOAT, [4]), inp("c", BOOL, [])], [out("y", FLOAT, ["n"])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    found = _findings(m, "10.1", "Unique")
+    assert [(f.severity, f.rule, f.path) for f in found] == [("blocking", "no-importer", ["gate", "unique_in_then"])]
