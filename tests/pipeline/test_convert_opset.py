@@ -60,3 +60,12 @@ def test_an_opset_the_converter_cannot_write_is_refused_first(target, tmp_path, 
     onnx.save(_opset8_upsample(), path)
     assert main([str(path), str(tmp_path / "new.onnx"), "--convert-opset", str(target)]) == 2
     assert "--convert-opset" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("trt", ["7.2", "8.6", "10.1"])
+def test_below_opset_7_every_parser_warns(trt):
+    graph = helper.make_graph([node("Relu", ["x"], ["y"], name="relu")], "older", [inp("x", FLOAT, [2])], [out("y", FLOAT, [2])])
+    old = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)], ir_version=3)
+    found = [f for f in check_model(old, trt).findings if f.rule == "opset"]
+    assert [f.severity for f in found] == ["warning"] and "at least opset 7" in found[0].message
+    assert "--convert-opset 13" in found[0].remedy
