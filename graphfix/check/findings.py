@@ -25,7 +25,7 @@ from graphfix.analysis.origin import DATA, SHAPE_INPUTS, ValueOrigins
 from graphfix.check import restrictions
 from graphfix.check.errors import bare_text
 from graphfix.graph import Builder, is_weights, tensor_dtype, to_graph
-from graphfix.graph.importer import all_graphs
+from graphfix.graph.importer import all_graphs, enclosing
 from graphfix.onnxio.ir import default_opset
 from graphfix.passes.base import Context
 from graphfix.trt import support
@@ -143,7 +143,7 @@ def check_graph(graph: gs.Graph, trt: str, opset: int, weight_types: set[int]) -
         origins = ValueOrigins(folder)
         ctx = Context(graph, Builder(graph, "check"), folder, release.version)
         graphs = list(all_graphs(graph))
-        where = restrictions.enclosing(graph) if len(graphs) > 1 else {}
+        where = enclosing(graph) if len(graphs) > 1 else {}
         for g in graphs:
             ctx.graph = g
             for node in list(g.nodes):
@@ -162,7 +162,7 @@ def check_nodes(root: gs.Graph, nodes: list[tuple[gs.Graph, gs.Node]], trt: str)
     origins = ValueOrigins(folder)
     ctx = Context(root, Builder(root, "check"), folder, release.version)
     findings: list[CheckFinding] = []
-    where = restrictions.enclosing(root) if any(g is not root for g, _ in nodes) else {}
+    where = enclosing(root) if any(g is not root for g, _ in nodes) else {}
     for g, node in nodes:
         ctx.graph = g
         findings.extend(_node_findings(node, release, ctx, origins, where.get(id(g), [])))

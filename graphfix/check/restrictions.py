@@ -266,21 +266,3 @@ def broken(node: gs.Node, ctx: Context) -> Iterator[tuple[Restriction, str]]:
             message = r.detect(node, ctx)
             if message is not None:
                 yield r, message
-
-
-def enclosing(root: gs.Graph) -> dict[int, list[str]]:
-    """Per subgraph (by id), the names of the nodes that hold it, outermost first: where a
-    finding inside an If branch or a Loop body is."""
-    where: dict[int, list[str]] = {id(root): []}
-
-    def walk(g: gs.Graph, path: list[str]) -> None:
-        for node in g.nodes:
-            for value in node.attrs.values():
-                subs = value if isinstance(value, list) else [value]
-                for sub in subs:
-                    if isinstance(sub, gs.Graph):
-                        where[id(sub)] = [*path, node.name]
-                        walk(sub, [*path, node.name])
-
-    walk(root, [])
-    return where

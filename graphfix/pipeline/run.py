@@ -70,7 +70,7 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     feeds = _LazyFeeds(model, settings, report, source, counter, step)  # chosen when something needs them
     if settings.convert_opset is not None:
         step(f"converting to opset {settings.convert_opset} (onnx.version_converter)")
-        converted = _convert_opset(model, settings, report, counter, feeds, source)
+        converted = _convert_opset(model, settings, report, counter, feeds)
         if converted is not model:
             model, before = converted, _check(converted, settings.trt)
     if settings.simplify:

@@ -42,7 +42,7 @@ def _freeze(model: onnx.ModelProto, settings: Settings, report: Report, counter:
 
 
 def _convert_opset(model: onnx.ModelProto, settings: Settings, report: Report, counter: sessions_mod.SessionCounter,
-                   feeds: _LazyFeeds, source: str | None = None) -> onnx.ModelProto:
+                   feeds: _LazyFeeds) -> onnx.ModelProto:
     """--convert-opset N (onnx.version_converter) as a verified step: kept only when the converted
     model gives the original's outputs; a model the converter cannot convert goes on as it was."""
     t0 = time.perf_counter()
@@ -60,10 +60,11 @@ def _convert_opset(model: onnx.ModelProto, settings: Settings, report: Report, c
     try:
         return _whole_model_step("convert-opset", model, converted, len(converted.graph.node),
                                  feeds.get() if settings.verify else [], settings, report, counter, t0)
-    except sessions_mod.CannotRun as exc:
-        raise GraphfixError(f"--convert-opset: onnxruntime cannot run the input or the converted model, so the conversion "
-                            f"cannot be verified ({exc}); fix the inputs (--input-shapes/--val-range/--load-inputs) or use "
-                            "--no-verify", source) from exc
+    except sessions_mod.CannotRun as exc:  # the converter wrote what onnxruntime does not run: the input goes on
+        record = report.passes[-1]  # the step's record, added by _whole_model_step before it ran anything
+        record.verdict, record.nodes_after = ROLLED_BACK, record.nodes_before
+        record.reason = f"rolled back: onnxruntime cannot run the converted model ({exc})"
+        return model
 
 
 def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counter: sessions_mod.SessionCounter,

@@ -69,3 +69,20 @@ def test_below_opset_7_every_parser_warns(trt):
     found = [f for f in check_model(old, trt).findings if f.rule == "opset"]
     assert [f.severity for f in found] == ["warning"] and "at least opset 7" in found[0].message
     assert "--convert-opset 13" in found[0].remedy
+
+
+def test_a_converted_model_onnxruntime_cannot_run_is_rolled_back(monkeypatch):
+    from graphfix.pipeline import steps
+
+    real_run = steps.sessions_mod.run
+
+    def refuse_converted(model, feeds, label, *args, **kw):
+        if label == "convert-opset":
+            raise RuntimeError("NOT_IMPLEMENTED: Could not find an implementation for Resize(13)")
+        return real_run(model, feeds, label, *args, **kw)
+
+    monkeypatch.setattr(steps.sessions_mod, "run", refuse_converted)
+    result = graphfix.fix(_opset8_upsample(), "auto", trt="10.1", convert_opset=13)
+    step = result.report.passes[0]
+    assert step.verdict == "rolled-back" and "cannot run the converted model" in step.reason
+    assert result.model.opset_import[0].version == 8
