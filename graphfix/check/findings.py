@@ -67,6 +67,11 @@ _QDQ_INSTEAD = ("quantize in QDQ format instead (onnxruntime.quantization.quanti
                 "activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, extra_options={'ActivationSymmetric': True}) "
                 "or NVIDIA ModelOpt), which TensorRT imports as INT8 Q/DQ layers, or export the float model and let TensorRT "
                 "calibrate it")
+#: The com.microsoft ops onnxruntime's QOperator and dynamic quantizers write (QLinearAdd, QGemm ...).
+_ORT_QUANTIZED = frozenset({"QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool",
+                            "QLinearGlobalAveragePool", "QLinearConcat", "QLinearSoftmax", "QLinearWhere", "QGemm",
+                            "QAttention", "QEmbedLayerNormalization", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
+                            "DynamicQuantizeLSTM", "QuantizeLinear", "DequantizeLinear", "QLinearConv"})
 NO_REWRITE.update({
     op: f"no {op} importer in any TensorRT release ({how}), and no graphfix rewrite: {_QDQ_INSTEAD}"
     for op, how in (("QLinearConv", "QOperator format"), ("QLinearMatMul", "QOperator format"),
@@ -240,8 +245,11 @@ def _findings_of(node: gs.Node, release: support.Release, ctx: Context, origins:
                        "aten-fallback-node", _fixing_pass(node, ctx), rule="no-importer", evidence="operator table (no ATen op)")
         return
     if domain not in ("", "ai.onnx"):
-        yield _finding(node, BLOCKING, f"custom-domain op {domain}::{node.op} needs a TensorRT plugin library loaded at build time",
-                       "custom-domain-op-plugin-library-missing")
+        finding = _finding(node, BLOCKING, f"custom-domain op {domain}::{node.op} needs a TensorRT plugin library loaded at build time",
+                           "custom-domain-op-plugin-library-missing")
+        if domain.startswith("com.microsoft") and node.op in _ORT_QUANTIZED:
+            finding.upstream = _QDQ_INSTEAD  # onnxruntime's QOperator quantizer wrote it: no plugin exists for it
+        yield finding
         return
     entry = support.op_support(node.op, release)
     if entry is None or not entry.supported:
