@@ -256,10 +256,12 @@ def test_any_finding_inside_a_body_names_the_nodes_that_hold_it():
 
 
 def test_onnxruntime_quantizer_contrib_ops_say_to_quantize_in_qdq_format():
-    m = model([node("QuantizeLinear", ["x", "s", "zp"], ["q"], name="q"),
-               helper.make_node("QLinearSigmoid", ["q", "s", "zp", "s", "zp"], ["qs"], name="qsig", domain="com.microsoft"),
-               node("DequantizeLinear", ["qs", "s", "zp"], ["y"], name="dq")],
-              [inp("x", FLOAT, [4])], [out("y", FLOAT, [4])], [init("s", np.float32(0.1)), init("zp", np.int8(0))], opset=13)
-    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    graph = helper.make_graph([node("QuantizeLinear", ["x", "s", "zp"], ["q"], name="q"),
+                               helper.make_node("QLinearSigmoid", ["q", "s", "zp", "s", "zp"], ["qs"], name="qsig",
+                                                domain="com.microsoft"),
+                               node("DequantizeLinear", ["qs", "s", "zp"], ["y"], name="dq")], "ort_qoperator",
+                              [inp("x", FLOAT, [4])], [out("y", FLOAT, [4])], [init("s", np.float32(0.1)), init("zp", np.int8(0))])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)],
+                          ir_version=7)
     found = _findings(m, "10.1", "QLinearSigmoid")
     assert [f.severity for f in found] == ["blocking"] and "QuantFormat.QDQ" in found[0].remedy
