@@ -139,6 +139,7 @@ def fix(
     fix_shapes: dict[str, Sequence[int]] | None = None,
     set_inputs: Mapping[str, Any] | None = None,
     simplify: bool = False,
+    convert_opset: int | None = None,
     max_memory: str | int = DEFAULT_MAX_MEMORY,
     timeout: float | None = None,
 ) -> FixResult:
@@ -160,7 +161,9 @@ def fix(
     arrays of the input's type and shape): what follows is folded and the Ifs they decide inlined,
     verified against the original fed those values; the written model's metadata
     (``graphfix.set_inputs``) and the report say so. ``simplify``: onnxsim first
-    (``graphfix[simplify]``), verified and rolled back like a pass. ``max_memory`` (bytes, or
+    (``graphfix[simplify]``), verified and rolled back like a pass. ``convert_opset``: convert the
+    model to that default-domain opset first with onnx.version_converter (what `graphfix check`
+    advises for an opset older than a release supports), verified and rolled back like a pass. ``max_memory`` (bytes, or
     ``"4G"``): candidate verification shapes whose run is estimated above it are not tried.
     ``timeout``: seconds one onnxruntime step may take (graphfix.runtime.worker.DEFAULT_TIMEOUT
     when None).
@@ -186,6 +189,7 @@ def fix(
         options.check_dims(option, [s for s in ([given] if isinstance(given, dict) else list(given or []))])
     if timeout is not None:
         runtime_worker.check_timeout(timeout)
+    options.check_convert_opset(convert_opset)
     source = None if isinstance(model, onnx.ModelProto) else str(model)
     inputs_file = None if inputs is None or isinstance(inputs, list | tuple) else str(inputs)
     paths.plan_fix(source, output, load_inputs=inputs_file)
@@ -218,7 +222,7 @@ def fix(
             iterations=iterations, input_shapes=_shape_sets(input_shapes),
             profile_shapes=_shape_sets(list(profile_shapes)), val_range=dict(val_range or {}), feeds=inputs,
             fix_shapes={k: tuple(int(d) for d in v) for k, v in (fix_shapes or {}).items()}, set_inputs=frozen,
-            simplify=simplify,
+            simplify=simplify, convert_opset=convert_opset,
             max_memory=options.parse_memory(max_memory),
             base_dir=None if source is None else str(Path(source).resolve().parent),
         )

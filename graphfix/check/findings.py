@@ -22,9 +22,10 @@ import onnx_graphsurgeon as gs
 from graphfix import passes
 from graphfix.analysis.fold import Folder
 from graphfix.analysis.origin import DATA, SHAPE_INPUTS, ValueOrigins
+from graphfix.check import restrictions
 from graphfix.check.errors import bare_text
 from graphfix.graph import Builder, is_weights, tensor_dtype, to_graph
-from graphfix.graph.importer import all_graphs
+from graphfix.graph.importer import all_graphs, enclosing
 from graphfix.onnxio.domains import ORT_ONNX_DOMAIN_OPS
 from graphfix.onnxio.ir import default_opset
 from graphfix.passes.base import WRONG_RESULTS, Context
@@ -60,6 +61,23 @@ NO_REWRITE = {
                        "recurrence runs token by token (the op's function body is a Scan). Export at opset 18-22, where the "
                        "exporter writes the model's own recurrent or chunked linear-attention code in standard ops",
 }
+#: onnxruntime's quantizers' QOperator and dynamic-quantization ops: no importer in any release
+#: (docs/operators.md 8.0-GA..10.1-GA: N; no DEFINE_BUILTIN_OP_IMPORTER in builtin_op_importers.cpp
+#: 8.x-9.x or onnxOpImporters.cpp 10.0-GA/10.1-GA), and an integer rewrite would not be TensorRT's int8.
+_QDQ_INSTEAD = ("quantize in QDQ format instead (onnxruntime.quantization.quantize_static(..., quant_format=QuantFormat.QDQ, "
+                "activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, extra_options={'ActivationSymmetric': True}) "
+                "or NVIDIA ModelOpt), which TensorRT imports as INT8 Q/DQ layers, or export the float model and let TensorRT "
+                "calibrate it")
+#: The com.microsoft ops onnxruntime's QOperator and dynamic quantizers write (QLinearAdd, QGemm ...).
+_ORT_QUANTIZED = frozenset({"QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool",
+                            "QLinearGlobalAveragePool", "QLinearConcat", "QLinearSoftmax", "QLinearWhere", "QGemm",
+                            "QAttention", "QEmbedLayerNormalization", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
+                            "DynamicQuantizeLSTM", "QuantizeLinear", "DequantizeLinear", "QLinearConv"})
+NO_REWRITE.update({
+    op: f"no {op} importer in any TensorRT release ({how}), and no graphfix rewrite: {_QDQ_INSTEAD}"
+    for op, how in (("ConvInteger", "dynamic quantization"), ("MatMulInteger", "dynamic quantization"),
+                    ("DynamicQuantizeLinear", "dynamic quantization: its scale is computed per run"))
+})
 _TYPE_TOKENS = {"float32": "FP32", "float16": "FP16", "int32": "INT32", "int64": "INT64", "int8": "INT8", "uint8": "UINT8",
                 "bool": "BOOL", "float64": "DOUBLE"}
 
@@ -83,10 +101,12 @@ class CheckFinding:
     upstream: str = ""
     #: For a shape tensor computed from data: which input of ``node`` reads it.
     shape_input: int | None = None
+    #: A whole-model step of graphfix that clears it (``--convert-opset 13``), where no pass does.
+    fix_step: str = ""
 
     @property
     def remedy(self) -> str:
-        return self.fix_pass or f"no rewrite: {self.upstream or 'change the export'}"
+        return self.fix_pass or self.fix_step or f"no rewrite: {self.upstream or 'change the export'}"
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields and remedy (dataclasses.asdict deep-copies: 3 s for 25k findings)."""
@@ -127,10 +147,12 @@ def check_graph(graph: gs.Graph, trt: str, opset: int, weight_types: set[int]) -
         folder = Folder(graph)
         origins = ValueOrigins(folder)
         ctx = Context(graph, Builder(graph, "check"), folder, release.version)
-        for g in all_graphs(graph):
+        graphs = list(all_graphs(graph))
+        where = enclosing(graph) if len(graphs) > 1 else {}
+        for g in graphs:
             ctx.graph = g
             for node in list(g.nodes):
-                findings.extend(_node_findings(node, release, ctx, origins))
+                findings.extend(_node_findings(node, release, ctx, origins, where.get(id(g), [])))
         findings.extend(_weight_type_notes(weight_types, release))
     finally:
         gc.unfreeze()
@@ -145,9 +167,10 @@ def check_nodes(root: gs.Graph, nodes: list[tuple[gs.Graph, gs.Node]], trt: str)
     origins = ValueOrigins(folder)
     ctx = Context(root, Builder(root, "check"), folder, release.version)
     findings: list[CheckFinding] = []
+    where = enclosing(root) if any(g is not root for g, _ in nodes) else {}
     for g, node in nodes:
         ctx.graph = g
-        findings.extend(_node_findings(node, release, ctx, origins))
+        findings.extend(_node_findings(node, release, ctx, origins, where.get(id(g), [])))
     return findings
 
 
@@ -173,19 +196,49 @@ def _finding(node: gs.Node | None, severity: str, message: str, error_id: str | 
                         path or [], rule, evidence, certain)
 
 
+#: Below this opset every parser from 7.0 on logs "TensorRT supports ONNX graphs generated with at
+#: least opset 7. Models using older opsets are not guaranteed to work." and imports anyway
+#: (ModelImporter.cpp 7.0, 8.0-GA ... 9.3, 10.0-GA, 10.1-GA); it refuses no opset, old or new.
+WARNED_BELOW = 7
+#: The opset `graphfix check` advises converting to: the oldest every documented parser lists
+#: (the 10.x/11.x tables: 9+) with the ops TensorRT exports use in their current form (Resize-13,
+#: Split/Squeeze/Unsqueeze with input axes).
+CONVERT_TO = 13
+
+
 def _opset_findings(opset: int, release: support.Release) -> Iterator[CheckFinding]:
-    """The parser only logs a warning for a newer opset (importers read the attributes they know)."""
+    """The parser only logs a warning for a newer opset (importers read the attributes they know)
+    and for one older than 7; the 10.x tables list 9+ and the code does not enforce it."""
     lo, hi = support.opset_range(release)
     if hi is not None and opset > hi:
         yield _finding(None, WARNING, f"model opset {opset} is newer than TensorRT {release.key}'s parser documents (<= {hi}); "
                        "the parser warns and imports what it knows, so only the node findings below block", None,
                        rule="opset", evidence="parser source (opset check is a warning)")
-    if lo is not None and opset < lo:
-        yield _finding(None, BLOCKING, f"model opset {opset} is older than TensorRT {release.key}'s parser supports (>= {lo}); re-export or convert with onnx.version_converter", None,
-                       rule="opset", evidence="operator table")
+    floor = max(lo or 0, WARNED_BELOW if release.version >= TrtVersion("7.0") else 0)
+    if opset < floor:
+        said = (f"the parser warns 'at least opset {WARNED_BELOW} ... not guaranteed to work'" if opset < WARNED_BELOW
+                else f"its operator table lists opset {lo}+ (the parser warns only below {WARNED_BELOW})")
+        finding = _finding(None, WARNING, f"model opset {opset} is older than TensorRT {release.key} supports: {said} and "
+                           "imports anyway, reading each op as the newer opsets define it", None, rule="opset",
+                           evidence="ModelImporter.cpp 7.0, 8.0-GA..9.3, 10.0-GA, 10.1-GA: LOG_WARNING below opset 7, "
+                                    "no refusal; docs/operators.md 10.0-GA/10.1-GA: 'opset 9 to 20'")
+        finding.fix_step = (f"--convert-opset {CONVERT_TO}: graphfix IN OUT --convert-opset {CONVERT_TO} --trt {release.requested} "
+                            "(onnx.version_converter, verified against onnxruntime like a pass)")
+        yield finding
 
 
-def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:
+def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins,
+                   inside: list[str]) -> Iterator[CheckFinding]:
+    """``inside``: the nodes whose subgraph holds ``node`` (outermost first; empty at top level):
+    a finding in an If branch or a Loop body gets them, then the node, as its ``path`` (a shape
+    tensor's finding keeps its own: the path from the data)."""
+    for finding in _findings_of(node, release, ctx, origins):
+        if inside and finding.shape_input is None and not finding.path:
+            finding.path = [*inside, node.name]
+        yield finding
+
+
+def _findings_of(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:
     domain = node.domain or ""
     if domain == "org.pytorch.aten" and node.op == "ATen":
         yield _finding(node, BLOCKING, f"ATen fallback node ({node.attrs.get('operator', '?')}): no TensorRT release parses ATen",
@@ -199,7 +252,10 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
         elif entry is not None and entry.supported:
             yield _namesake_finding(node, release)
         else:
-            yield _plugin_finding(node, f"custom-domain op {domain}::{node.op}", release, ctx)
+            finding = _plugin_finding(node, f"custom-domain op {domain}::{node.op}", release, ctx)
+            if domain.startswith("com.microsoft") and node.op in _ORT_QUANTIZED:
+                finding.upstream = _QDQ_INSTEAD  # onnxruntime's quantizer wrote it: no plugin exists for it
+            yield finding
         return
     if node.op in ORT_ONNX_DOMAIN_OPS and not node.op.endswith("_TRT") and (entry is None or not entry.supported):
         yield _plugin_finding(node, f"{node.op}, an onnxruntime contrib op in the ONNX domain (no ONNX operator),", release, ctx)
@@ -222,9 +278,19 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
     yield from claims
     claimed = bool(claims)
     yield from _restriction_findings(node, release, ctx)
+    typed = False
+    # a node a pass rewrites (resize-nearest-mode, qdq-uint8-to-int8) is that pass's finding, not also a
+    # rule's with no rewrite; what the rewrite leaves, the check of the fixed model reports
+    for r, message in [] if claimed else restrictions.broken(node, ctx):
+        typed = typed or r.types
+        finding = _finding(node, BLOCKING if r.blocking else WARNING, message, r.error, prefer=r.prefer, rule=r.kind,
+                           evidence=r.evidence)
+        finding.upstream = r.upstream
+        yield finding
     if not claimed:
         yield from _shape_tensor_findings(node, origins)
-        yield from _type_findings(node, entry, release)
+        if not typed:
+            yield from _type_findings(node, entry, release)
 
 
 #: Where the parser sends an op it has no importer for, whatever the node's domain.
@@ -406,6 +472,8 @@ def _type_findings(node: gs.Node, entry: support.OpSupport, release: support.Rel
         return  # DOUBLE weights (initializers, Constant values) are cast down to FLOAT at import
     if token == "BOOL" and node.op in ("Gather", "GatherElements", "GatherND"):
         return  # handled by bool-gather-cast's version-aware match
+    if node.op == "DequantizeLinear" and node.inputs[0].inputs and node.inputs[0].inputs[0].op == "QuantizeLinear":
+        return  # TensorRT types a QuantizeLinear's output INT8 whatever ONNX says; the Q's own findings cover UINT8
     yield _finding(node, WARNING, f"{node.op} on {token} is not in TensorRT {release.key}'s documented types {list(entry.types)}",
                    "type-restricted-ops", prefer=node.op, exact=True)
 

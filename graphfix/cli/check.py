@@ -153,7 +153,8 @@ def _why(same: list[dict[str, Any]]) -> str:
         ops = "+".join(dict.fromkeys(g["op"] for g in same))
         return f"{ops} {head}" + (f"; upstream: {f['upstream']}" if f.get("upstream") else "")
     where = f"{f['op']} {f['node']}" if f["node"] else "the model"
-    return f"{where}{f' (+{len(same) - 1} more)' if len(same) > 1 else ''}: {f['message']}"
+    change = f.get("upstream") or f.get("fix_step")  # what to do, where the message does not say it
+    return f"{where}{f' (+{len(same) - 1} more)' if len(same) > 1 else ''}: {f['message']}" + (f"; fix: {change}" if change else "")
 
 
 def exit_code(rows: list[dict[str, Any]]) -> int:

@@ -69,6 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "follows is folded and the Ifs it decides inlined, verified against the original fed that value")
     g.add_argument("--simplify", action="store_true",
                    help="run onnx-simplifier first (graphfix[simplify]), verified and rolled back like a pass")
+    g.add_argument("--convert-opset", type=int, metavar="N",
+                   help="convert the model to opset N first (onnx.version_converter), verified and rolled back like a "
+                        "pass; `graphfix check` advises it for opsets older than a release supports")
     v = p.add_argument_group("verification (onnxruntime, before vs after every pass)")
     v.add_argument("--no-verify", action="store_true", help="skip onnxruntime verification (passes are then kept unverified)")
     v.add_argument("--verify-each", action="store_true", help="check pass by pass (one session per changed pass; for debugging)")
@@ -237,7 +240,8 @@ def fix_one(args: argparse.Namespace) -> int:
             iterations=args.iterations, input_shapes=parse_shape_sets(args.input_shapes), verify_each=args.verify_each,
             profile_shapes=_profile_sets(args), progress=status,
             val_range=val_range, inputs=args.load_inputs, fix_shapes=parse_input_shapes(args.fix_shapes, "--fix-shapes"),
-            set_inputs=set_inputs, simplify=args.simplify, max_memory=args.max_memory, timeout=args.timeout,
+            set_inputs=set_inputs, simplify=args.simplify, convert_opset=args.convert_opset, max_memory=args.max_memory,
+            timeout=args.timeout,
         )
     except BaseException:
         if status is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from graphfix.check.restrictions import RESTRICTIONS
 from graphfix.passes import all_passes
 
 
@@ -50,7 +51,20 @@ def reference() -> str:
         doc = "\n".join(line.rstrip() for line in (p.doc or "").strip().splitlines()[1:]).strip()
         if doc:
             lines += ["", doc]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _restrictions()) + "\n"
+
+
+def _restrictions() -> list[str]:
+    """The parser rules no pass rewrites (graphfix.check.restrictions): `graphfix check` reports
+    them, blocking or (wrong-results) a warning, and prints the change to make as the fix."""
+    lines = ["", "## Rules no pass rewrites", "",
+             "`graphfix check --trt V` also reports these (graphfix/check/restrictions.py): blocking where the parser",
+             "refuses, a warning where it builds and computes something else (wrong-results); `--passes auto` has",
+             "no pass for them (exit 4 when one blocks), and the finding's fix says what to change in the export.", "",
+             "| rule | ops | kind | releases | error id | evidence | fix |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| `{r.name}` | {', '.join(sorted(r.ops))} | {r.kind} | {_cell(r.versions)} | {r.error or '-'} | {_cell(r.evidence)} | "
+              f"{_cell(r.upstream)} |" for r in RESTRICTIONS]
+    return lines
 
 
 def _cell(text: str) -> str:

@@ -148,6 +148,22 @@ def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
         graph.__dict__["gf_flat"] = key
 
 
+def enclosing(root: gs.Graph) -> dict[int, list[str]]:
+    """Per graph (by id), the names of the nodes that hold it, outermost first (the root: none):
+    where a node inside an If branch or a Loop/Scan body is."""
+    where: dict[int, list[str]] = {id(root): []}
+    stack = [(root, [])]
+    while stack:
+        g, path = stack.pop()
+        for node in g.nodes:
+            for value in node.attrs.values():
+                for sub in value if isinstance(value, list) else [value]:
+                    if isinstance(sub, gs.Graph):
+                        where[id(sub)] = [*path, node.name]
+                        stack.append((sub, where[id(sub)]))
+    return where
+
+
 @functools.cache
 def _np_dtype(elem_type: int) -> np.dtype | None:
     try:

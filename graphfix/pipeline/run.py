@@ -39,7 +39,7 @@ from graphfix.pipeline.feeds import _LazyFeeds
 from graphfix.pipeline.load_checks import LoadChecks
 from graphfix.pipeline.manager import _auto, choose_passes, run_passes, trt_version
 from graphfix.pipeline.settings import Outcome, Settings, without_frozen
-from graphfix.pipeline.steps import _freeze, _simplify, _specialise
+from graphfix.pipeline.steps import _convert_opset, _freeze, _simplify, _specialise
 from graphfix.pipeline.verification import _verify_each, verify_regions
 from graphfix.report.model import Report
 from graphfix.verify import inputs as inputs_mod
@@ -72,6 +72,11 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     before = _check(model, settings.trt)  # once: it chooses the passes for auto and opens the summary
 
     feeds = _LazyFeeds(model, settings, report, source, counter, step)  # chosen when something needs them
+    if settings.convert_opset is not None:
+        step(f"converting to opset {settings.convert_opset} (onnx.version_converter)")
+        converted = _convert_opset(model, settings, report, counter, feeds)
+        if converted is not model:
+            model, before = converted, _check(converted, settings.trt)
     if settings.simplify:
         step("simplifying (onnxsim)")
         simplified = _simplify(model, settings, report, counter, feeds, before, source)

@@ -49,6 +49,8 @@ class Settings:
     set_inputs: dict[str, np.ndarray] = field(default_factory=dict)
     #: --simplify: onnxsim first, verified and rolled back like a pass (needs graphfix[simplify])
     simplify: bool = False
+    #: --convert-opset N: onnx.version_converter to default-domain opset N first, verified like a pass
+    convert_opset: int | None = None
     val_range: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: --max-memory: the estimated peak bytes of one run at a candidate verification shape
     max_memory: int = shapes_mod.DEFAULT_MAX_MEMORY
@@ -76,6 +78,7 @@ class Settings:
             "input_shapes": [{k: list(v) for k, v in s.items()} for s in self.input_shapes],
             "fix_shapes": {k: list(v) for k, v in self.fix_shapes.items()}, "simplify": self.simplify,
             "set_inputs": {k: v.tolist() for k, v in self.set_inputs.items()},
+            "convert_opset": self.convert_opset,
             "val_range": {k: list(v) for k, v in self.val_range.items()}, "max_memory": self.max_memory,
         }
 

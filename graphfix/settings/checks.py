@@ -121,6 +121,8 @@ ARGUMENTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "progress": (_optional(callable), "None or a function taking one str"),
     "max_memory": (lambda v: isinstance(v, str) or _real(v), "a number of bytes or a size string such as '4G'"),
     "timeout": (_optional(_real), "None (the default) or a number of seconds"),
+    "convert_opset": (_optional(lambda v: isinstance(v, int) and not isinstance(v, bool)),
+                      "None or a default-domain opset number, such as 13"),
     "set_inputs": (_optional(lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
                    "None or a dict of input name to a value (a number, a bool, a list or a numpy array)"),
     "path": (_path, _PATH),
@@ -182,6 +184,20 @@ def check_settings(*, passes: Any = "all", iterations: int = 1, seed: int = 1, a
             ok = False
         if not ok:
             raise GraphfixError(f"{name} {value}: must be a finite number >= 0 (NaN or inf would switch verification off)")
+
+
+#: The lowest --convert-opset target: every TensorRT parser from 7.0 on warns below it (ModelImporter.cpp).
+LOWEST_CONVERT_OPSET = 7
+
+
+def check_convert_opset(target: int | None) -> None:
+    """A target opset ONNX's converter can write (None: no conversion)."""
+    if target is None:
+        return
+    newest = onnx.defs.onnx_opset_version()
+    if not isinstance(target, int) or isinstance(target, bool) or not LOWEST_CONVERT_OPSET <= target <= newest:
+        raise GraphfixError(f"--convert-opset {_shown(target)}: must be a whole number in {LOWEST_CONVERT_OPSET}..{newest} "
+                            f"(the opsets onnx {onnx.__version__} converts to)")
 
 
 def check_dims(option: str, shape_sets: Sequence[Mapping[str, Sequence[int]]]) -> None:
