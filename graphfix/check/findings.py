@@ -340,7 +340,7 @@ def _pass_claims(node: gs.Node, ctx: Context) -> Iterator[CheckFinding]:
         rule = p.why(node, ctx)  # the rule of this pass that holds for this release, if any
         if rule is not None:
             message = rule.message + ("" if rule.certain else " (uncertain: thin evidence)")
-            yield _finding(node, BLOCKING if rule.certain else WARNING, message, rule.error, p.name,
+            yield _finding(node, BLOCKING if rule.certain else WARNING, message, rule.error, p.name, prefer=rule.quote,
                            rule=rule.kind, evidence=rule.evidence, certain=rule.certain)
 
 

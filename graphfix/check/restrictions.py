@@ -24,8 +24,6 @@ from graphfix.trt.versions import VersionRange
 QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
 #: Zero-point types whose values the importers check (shiftIsAllZeros reads them as bytes).
 _INTEGER_ZERO_POINTS = frozenset({"int8", "uint8", "int16", "uint16", "int4", "uint4"})
-#: ``nearest_mode`` the importers require with ``tf_half_pixel_for_nn`` (and ONNX's default).
-_PREFER_FLOOR = "round_prefer_floor"
 
 
 @dataclass(frozen=True)
@@ -138,28 +136,6 @@ _REQUANTIZE = ("re-quantize symmetrically with INT8 zero points of 0 (onnxruntim
                "pytorch-quantization, which write TensorRT's Q/DQ form)")
 
 
-# ----------------------------------------------------------------------------------------- Resize
-def _tf_half_pixel_not_prefer_floor(node: gs.Node, ctx: Context) -> str | None:
-    if ctx.opset < 11 or node.attrs.get("coordinate_transformation_mode") != "tf_half_pixel_for_nn":
-        return None
-    mode = node.attrs.get("nearest_mode", _PREFER_FLOOR)
-    if mode == _PREFER_FLOOR:
-        return None
-    return f"coordinate_transformation_mode 'tf_half_pixel_for_nn' with nearest_mode '{mode}' (only '{_PREFER_FLOOR}')"
-
-
-def _tf_half_pixel_rounded(node: gs.Node, ctx: Context) -> str | None:
-    found = _tf_half_pixel_not_prefer_floor(node, ctx)
-    if found is None or node.attrs.get("mode", "nearest") != "nearest":
-        return None
-    return f"{found}: 9.1-9.3 ignore nearest_mode there and round half down (other pixels than onnxruntime's)"
-
-
-_RESIZE_FIX = ("set coordinate_transformation_mode='half_pixel' and nearest_mode='round_prefer_ceil' on this Resize: "
-               "the same pixels exactly (floor(t) == round_half_up(t - 0.5)); tf2onnx writes 'floor' for "
-               "tf.image.resize(method='nearest', half_pixel_centers=True) and Keras UpSampling2D")
-
-
 # --------------------------------------------------------------------------------------------- If
 def _branch_outputs(node: gs.Node) -> list[tuple[gs.Tensor, gs.Tensor]] | None:
     then, other = node.attrs.get("then_branch"), node.attrs.get("else_branch")
@@ -233,17 +209,6 @@ RESTRICTIONS: tuple[Restriction, ...] = (
                 "builtin_op_importers.cpp 8.0-GA..9.3, onnxOpImporters.cpp 10.0-GA, 10.1-GA, main@7ecb49a",
                 "give every scale a positive value (a channel whose weights are all zero still needs a scale > 0, e.g. 1)",
                 error="qdq-scale-not-positive"),
-    Restriction("resize-tf-half-pixel-nearest-mode", frozenset({"Resize"}), LIMIT, ">=8.0,<9.1 || >=10.0",
-                _tf_half_pixel_not_prefer_floor,
-                "importResize: ASSERT(transformationMode != \"tf_half_pixel_for_nn\" || nearest_mode == "
-                "\"round_prefer_floor\") 'This version of TensorRT only support round_prefer_floor nearest mode in "
-                "tf_half_pixel_for_nn!', builtin_op_importers.cpp 8.0-GA..8.6-GA, 9.0-GA; the same STATIC_CHECK in "
-                "onnxOpCheckers.cpp 10.0-GA, 10.1-GA, main@7ecb49a (9.1-9.3 dropped the check); docs/operators.md lists "
-                "tf_half_pixel_for_nn and every nearest_mode without the pairing", _RESIZE_FIX, error="resize-nearest-mode",
-                prefer="tf_half_pixel_for_nn"),
-    Restriction("resize-tf-half-pixel-rounding", frozenset({"Resize"}), WRONG_RESULTS, ">=9.1,<10.0", _tf_half_pixel_rounded,
-                "importResize, builtin_op_importers.cpp 9.1, 9.2, 9.3: no check; tf_half_pixel_for_nn becomes HALF_PIXEL "
-                "with ResizeRoundMode::kCEIL and nearest_mode is applied only to the other modes", _RESIZE_FIX),
     Restriction("if-branch-rank", frozenset({"If"}), LIMIT, ">=8.0", _rank_mismatch,
                 "importIf with a tensor condition: 8.0-GA builtin_op_importers.cpp selects between both branches after "
                 "isBroadcastValid ('Cannot broadcast shapes that have different ranks!', onnx2trt_utils.cpp); 8.2-GA..10.1-GA "

@@ -103,6 +103,8 @@ class Rule:
     evidence: str = ""
     #: False where the evidence is thin (the finding then says "uncertain").
     certain: bool = True
+    #: Quote the example of ``error`` (errors.json) that holds this text.
+    quote: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

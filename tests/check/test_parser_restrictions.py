@@ -55,9 +55,12 @@ def test_at_9_0_and_9_2_a_quantize_zero_point_is_dropped_not_refused(trt):
 
 @pytest.mark.parametrize("trt", ["8.5", "8.6", "9.1", "10.1"])
 def test_uint8_quantization_is_refused_from_8_5(trt):
-    found = _findings(_qdq(128, np.uint8), trt, "QuantizeLinear")
+    found = _findings(_qdq(128, np.uint8), trt, "QuantizeLinear")  # zero point 128: qdq-uint8-to-int8 rewrites it exactly
+    assert [(f.severity, f.rule, f.fix_pass) for f in found] == [("blocking", "unsupported-type", "qdq-uint8-to-int8")]
+    assert "UINT8" in found[0].message
+    found = _findings(_qdq(100, np.uint8), trt, "QuantizeLinear")  # another zero point: no exact rewrite, the remedy
     assert {(f.severity, f.rule) for f in found} == {("blocking", "unsupported-type"), ("blocking", "outside-limits")}
-    assert any("UINT8" in f.message for f in found)
+    assert all(f.fix_pass is None and f.upstream for f in found)
     # a symmetric UINT8 pair is still refused, once, on the QuantizeLinear that writes UINT8
     assert _severities(_qdq(0, np.uint8), trt, "QuantizeLinear") == {("blocking", "unsupported-type")}
     assert _findings(_qdq(0, np.uint8), trt, "DequantizeLinear") == []
@@ -103,15 +106,15 @@ def _resize(nearest_mode: str, mode: str = "nearest") -> onnx.ModelProto:
 @pytest.mark.parametrize("trt", ["8.0", "8.6", "9.0", "10.0", "10.1", "10.8"])
 def test_tf2onnx_nearest_resize_with_floor_blocks(trt):
     found = _findings(_resize("floor"), trt, "Resize")
-    assert [(f.severity, f.rule) for f in found] == [("blocking", "outside-limits")], found
-    assert "'floor'" in found[0].message and "round_prefer_floor" in found[0].message
+    assert [(f.severity, f.rule, f.fix_pass) for f in found] == [("blocking", "outside-limits", "resize-nearest-mode")], found
+    assert "tf_half_pixel_for_nn" in found[0].message and "round_prefer_floor" in found[0].message
     assert "round_prefer_floor nearest mode in tf_half_pixel_for_nn" in (found[0].error_text or "")
-    assert "nearest_mode='round_prefer_ceil'" in found[0].upstream
     assert _findings(_resize("round_prefer_floor"), trt, "Resize") == []
 
 
 def test_9_1_to_9_3_accept_it_and_round_differently():
-    assert _severities(_resize("floor"), "9.2", "Resize") == {("warning", "wrong-results")}
+    (found,) = _findings(_resize("floor"), "9.2", "Resize")
+    assert (found.rule, found.fix_pass) == ("wrong-results", "resize-nearest-mode")
 
 
 # -------------------------------------------------------------------------------------------- If
@@ -189,7 +192,11 @@ def test_check_prints_the_change_to_make(tmp_path, capsys):
     assert main(["check", str(path), "--trt", "10.1"]) == 1
     text = capsys.readouterr().out
     assert "BLOCKING  resize (Resize)" in text
-    assert "fix: no rewrite: set coordinate_transformation_mode='half_pixel' and nearest_mode='round_prefer_ceil'" in text
+    assert "fix: resize-nearest-mode" in text
+    source, target = tmp_path / "zp.onnx", tmp_path / "zp_fixed.onnx"
+    onnx.save(_qdq(3), source)
+    assert main(["check", str(source), "--trt", "8.6"]) == 1
+    assert "fix: no rewrite: use symmetric quantization" in capsys.readouterr().out
 
 
 def test_passes_auto_leaves_a_restriction_as_exit_4(tmp_path, capsys):
@@ -228,7 +235,8 @@ def test_explain_knows_the_quantization_errors_check_predicts(line, error_id):
     from graphfix.check.errors import match_log
 
     found = match_log(line)
-    assert found and found[0].id == error_id and found[0].fix_pass is None
+    # UINT8: the pass that rewrites a zero point of 128 exactly (another zero point stays check's remedy)
+    assert found and found[0].id == error_id and found[0].fix_pass == ("qdq-uint8-to-int8" if error_id == "qdq-uint8" else None)
     predicted = {f.error_id for trt in ("8.6", "10.1") for m in (_qdq(3), _qdq(128, np.uint8), _qdq(0, scale=-1.0))
                  for f in check_model(m, trt).findings}
     assert error_id in predicted
@@ -237,11 +245,13 @@ def test_explain_knows_the_quantization_errors_check_predicts(line, error_id):
 def test_the_readiness_matrix_says_what_to_change(tmp_path, capsys):
     path = tmp_path / "tf2onnx_upsample.onnx"
     onnx.save(_resize("floor"), path)
-    assert main(["check", str(path), "--trt", "9.2,10.1"]) == 1
+    assert main(["check", str(path), "--trt", "9.2,10.1"]) == 0  # fixable at both: a pass rewrites it
+    assert "fixable: resize-nearest-mode" in capsys.readouterr().out
+    zp = tmp_path / "asymmetric.onnx"
+    onnx.save(_qdq(3), zp)
+    assert main(["check", str(zp), "--trt", "8.6,10.1"]) == 1
     text = capsys.readouterr().out
-    assert "BLOCKED: Resize" in text
-    assert f"{path} @ 10.1: Resize resize: coordinate_transformation_mode 'tf_half_pixel_for_nn'" in text
-    assert "; fix: set coordinate_transformation_mode='half_pixel' and nearest_mode='round_prefer_ceil'" in text
+    assert "BLOCKED" in text and "fix: use symmetric quantization" in text
 
 
 def test_any_finding_inside_a_body_names_the_nodes_that_hold_it():
@@ -264,4 +274,9 @@ def test_onnxruntime_quantizer_contrib_ops_say_to_quantize_in_qdq_format():
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)],
                           ir_version=7)
     found = _findings(m, "10.1", "QLinearSigmoid")
+    assert [(f.severity, f.remedy) for f in found] == [("blocking", "qoperator-to-qdq")]  # lowered to Q/DQ
+    lstm = helper.make_graph([helper.make_node("DynamicQuantizeLSTM", ["x"], ["y"], name="dq_lstm", domain="com.microsoft")],
+                             "dynamic", [inp("x", FLOAT, [4])], [out("y", FLOAT, [4])])
+    m = helper.make_model(lstm, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)], ir_version=7)
+    found = _findings(m, "10.1", "DynamicQuantizeLSTM")
     assert [f.severity for f in found] == ["blocking"] and "QuantFormat.QDQ" in found[0].remedy
