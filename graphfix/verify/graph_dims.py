@@ -30,14 +30,9 @@ import onnx
 from onnx import numpy_helper
 
 #: Ops whose first output has their first input's shape.
-_SAME_SHAPE = frozenset("""Identity Cast CastLike Relu LeakyRelu Sigmoid HardSigmoid HardSwish Tanh Erf Exp Log Abs Neg
-Sqrt Reciprocal Clip Dropout Softmax LogSoftmax Elu Selu Celu Gelu Mish Softplus Softsign Floor Ceil Round Sign
-Not IsNaN IsInf BatchNormalization InstanceNormalization LayerNormalization GroupNormalization LpNormalization
-MeanVarianceNormalization CumSum QuantizeLinear DequantizeLinear Trilu Shrink ThresholdedRelu Sin Cos Tan Asin
-Acos Atan Sinh Cosh Asinh Acosh Atanh Swish SimplifiedLayerNormalization RMSNormalization""".split())
+_SAME_SHAPE = frozenset(["Identity", "Cast", "CastLike", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Erf", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal", "Clip", "Dropout", "Softmax", "LogSoftmax", "Elu", "Selu", "Celu", "Gelu", "Mish", "Softplus", "Softsign", "Floor", "Ceil", "Round", "Sign", "Not", "IsNaN", "IsInf", "BatchNormalization", "InstanceNormalization", "LayerNormalization", "GroupNormalization", "LpNormalization", "MeanVarianceNormalization", "CumSum", "QuantizeLinear", "DequantizeLinear", "Trilu", "Shrink", "ThresholdedRelu", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Swish", "SimplifiedLayerNormalization", "RMSNormalization"])
 #: Ops that broadcast their inputs together (numpy rules).
-_BROADCAST = frozenset("""Add Sub Mul Div Pow Max Min Mean Sum Equal Less LessOrEqual Greater GreaterOrEqual And Or
-Xor Where BitShift Mod PRelu BitwiseAnd BitwiseOr BitwiseXor""".split())
+_BROADCAST = frozenset(["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mean", "Sum", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Where", "BitShift", "Mod", "PRelu", "BitwiseAnd", "BitwiseOr", "BitwiseXor"])
 _POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
 _RECURRENT = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}  # the initial-state inputs
 
