@@ -1,0 +1,135 @@
+"""What the shape search reads from the graph when no ``--input-shapes`` are given: a symbolic
+channel count from the Conv that consumes it, image sides its strides divide, the least length a
+reflect Pad, a kernel or a too-short error asks for, and a recurrent state's batch equal to its
+input's; and the record of every dim it set (``Choice.guessed``, the report's ``shapes.guessed``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from fixtures.recipes import dynamic_shapes
+from fixtures.recipes._onnx import FLOAT, init, inp, model, node, out
+from graphfix.cli.main import main
+from graphfix.verify.graph_dims import too_short
+from graphfix.verify.shapes import Budget, choose
+
+ROOT = Path(__file__).resolve().parents[2]
+DYNAMIC = ROOT / "fixtures" / "dynamic_shapes"
+
+
+def _runs(m: onnx.ModelProto, calls: list | None = None):
+    """The search's ``runs`` on a bare onnxruntime session (floats ones, integers ones)."""
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    types = {vi.name: onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type) for vi in m.graph.input}
+
+    def runs(shapes):
+        if calls is not None:
+            calls.append(shapes)
+        try:
+            session.run(None, {k: np.ones(shapes.get(k, ()), types[k]) for k in types})
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
+            return str(exc)
+        return None
+
+    return runs
+
+
+def _guess(choice, dim: str) -> dict:
+    return next(g for g in choice.guessed if g["dim"] == dim)
+
+
+def test_a_symbolic_channel_count_is_read_from_the_conv_weight():
+    """optimum's ``num_channels``, through a Cast and a Div, is the patch Conv's W.shape[1] x group."""
+    m = dynamic_shapes.optimum_patch_embed()
+    choice = choose(m, [], _runs(m))
+    assert [s["pixel_values"] for s in choice.shapes] == [(1, 3, 224, 224), (2, 3, 256, 256)]
+    channels = _guess(choice, "num_channels")
+    assert channels["how"] == "graph" and channels["values"] == [3, 3] and "weight" in channels["why"]
+    assert _guess(choice, "height")["multiple"] == 4  # the patch stride
+    assert "num_channels = 3" in choice.reason
+
+
+def test_a_channels_last_image_gets_image_sides_through_its_transpose():
+    """``[batch, height, width, channels]``: the sides reach the Conv's spatial axes through the
+    Transpose, so they are an image's (224), not lengths (16)."""
+    m = dynamic_shapes.nhwc_patch_embed()
+    choice = choose(m, [], _runs(m))
+    assert [s["image"] for s in choice.shapes] == [(1, 224, 224, 3), (2, 256, 256, 3)]
+    assert _guess(choice, "height")["role"] == "image" and _guess(choice, "channels")["how"] == "graph"
+
+
+def test_a_unet_over_the_budget_gets_sides_its_strides_divide_not_the_ladders():
+    """Where 224 and up are over the budget, a UNet is verified at 64 and 32 (multiples of its 8x
+    downsampling, so every skip Concat matches), not at the ladder's 2x2."""
+    m = dynamic_shapes.unet_skips()
+    budget = Budget(m)
+    at = {side: budget.cost({"sample": (2, 4, side, side)}).memory for side in (64, 128)}
+    calls = []
+    choice = choose(m, [], _runs(m, calls), max_memory=(at[64] + at[128]) // 2)
+    assert [s["sample"] for s in choice.shapes] == [(1, 4, 64, 64), (2, 4, 32, 32)]
+    assert all(c["sample"][2] % 8 == 0 for c in calls)
+    assert _guess(choice, "height")["multiple"] == 8 and _guess(choice, "channels")["values"] == [4, 4]
+
+
+def test_an_audio_length_outlasts_its_reflect_pad_and_kernel_and_the_state_batch_follows_the_input():
+    """A 16 kHz VAD: reflect Pad 64 then a 256-tap stride-128 Conv need 128 samples; the LSTM's
+    initial state (an unnamed dim of ``state``) takes the input's batch."""
+    m = dynamic_shapes.vad_state()
+    calls = []
+    choice = choose(m, [], _runs(m, calls))
+    assert [(s["input"], s["state"]) for s in choice.shapes] == [((1, 128), (2, 1, 128)), ((2, 256), (2, 2, 128))]
+    assert len(calls) == 2  # read from the graph: nothing failed first
+    samples, state = _guess(choice, "samples"), _guess(choice, "?")
+    assert samples["minimum"] == 128 and samples["multiple"] == 128
+    assert state["how"] == "relation" and state["equals"] == "batch" and "LSTM" in state["why"]
+    assert state["inputs"] == [["state", 1]] and state["values"] == [1, 2]
+
+
+def _hidden_reflect_pad(pad: int) -> onnx.ModelProto:
+    """A reflect Pad the graph walk cannot reach (behind a Flatten): only the run's error tells."""
+    return model([node("Flatten", ["x"], ["flat"], axis=0), node("Unsqueeze", ["flat", "axis"], ["x3"]),
+                  node("Pad", ["x3", "pads"], ["y"], mode="reflect")],
+                 [inp("x", FLOAT, [1, "n"])], [out("y", FLOAT, [1, 1, None])],
+                 [init("axis", np.array([0], np.int64)), init("pads", np.array([0, 0, pad, 0, 0, pad], np.int64))])
+
+
+def test_a_too_short_error_raises_the_length_and_the_search_retries():
+    m = _hidden_reflect_pad(200)
+    calls = []
+    choice = choose(m, [], _runs(m, calls))
+    assert [s["x"] for s in choice.shapes] == [(1, 201), (1, 402)]
+    assert _guess(choice, "n")["how"] == "learned" and "/Pad_y" in _guess(choice, "n")["why"]
+    assert len(calls) <= 4
+
+
+@pytest.mark.parametrize("message,expected", [
+    ("Non-zero status code returned while running Pad node. Name:'/Pad' Status Message: Pad reflect: "
+     "pre-pad (64) exceeds maximum allowed (15) for axis 2. Input shape:{1,1,16}", ("/Pad", 65 / 16)),
+    ("Non-zero status code returned while running Conv node. Name:'/conv1' Status Message: Invalid input shape: {16}",
+     ("/conv1", 2.0)),
+    ("Non-zero status code returned while running STFT node. Name:'stft' Status Message: dft.cc:581 "
+     "window_size <= signal_size was false. Ensure that the dft size is smaller than the signal.", ("stft", 2.0)),
+    ("Non-zero status code returned while running Pad node. Name:'p' Status Message: Cannot use 'edge' mode to pad "
+     "dimension with a value of 0. Input shape:{1,0}", ("p", 2.0)),
+    ("Non-zero status code returned while running Add node. Name:'a' Status Message: Attempting to broadcast an axis "
+     "by a dimension other than 1. 3 by 4", None),
+])
+def test_onnxruntimes_too_short_errors_are_read(message, expected):
+    assert too_short(message) == expected
+
+
+def test_a_vad_export_verifies_on_the_command_line_without_input_shapes(tmp_path):
+    report = tmp_path / "r.json"
+    code = main([str(DYNAMIC / "vad_state.onnx"), str(tmp_path / "o.onnx"), "--passes", "all", "--quiet",
+                 "--report", str(report)])
+    rep = json.loads(report.read_text())
+    assert code == 0 and rep["status"] == "ok" and rep["sessions"] >= 2
+    assert any(p["verdict"] == "kept" and p["rewritten"] for p in rep["passes"])
+    guessed = {g["dim"]: g for g in rep["shapes"]["guessed"]}
+    assert guessed["?"]["equals"] == "batch" and guessed["samples"]["minimum"] == 128
