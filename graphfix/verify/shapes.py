@@ -8,7 +8,8 @@ changes from run to run. So the dims are read as expressions over symbols (``8*h
 ``2*s0 + 1``; a plain name is a symbol; dims sharing a name share a value; an unnamed dynamic
 dim is its own symbol), each symbol gets a *role* from where it stands (batch: the first dim;
 image: the last two dims of a 4-D float input; length: any other), and the sizes the model was
-built for are tried first (batch 1 then 2, images 224 then 256..640, lengths 16 then 32..128);
+built for are tried first (batch 1 then 2, images 224 then 256..640 then 128..32,
+lengths 16 then 32..128);
 only then the short ladder of small sizes. A candidate is used only when the original model runs
 there, twice with identical outputs, and its outputs are not degenerate (``runs`` says why not).
 Two distinct shapes are kept when the model is dynamic, because one shape hides shape bugs (a
@@ -24,6 +25,12 @@ suggests can be far too big: a latent decoder given 224x224 latents makes 1792x1
 grew to 20.9 GB), so an image input that the outputs grow from several times is a *latent* with
 latent sizes, and every candidate's run is estimated from onnx's shape inference before it is tried
 (:class:`Budget`; ``--max-memory``): one over the budget is not run.
+
+Before any run, what the graph's ops say about the dims is read (:mod:`graphfix.verify.graph_dims`):
+a channel count from the Conv weight it meets, the minimum a reflect Pad or a kernel needs, the
+stride product a spatial dim must be a multiple of (:func:`strides`), the dims an LSTM or a
+broadcast needs equal; a run that fails because a dim was too short raises it (``too_short``).
+:attr:`Choice.guessed` records every dim the search set and how.
 """
 
 from __future__ import annotations
