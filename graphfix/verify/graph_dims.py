@@ -35,6 +35,8 @@ _SAME_SHAPE = frozenset(["Identity", "Cast", "CastLike", "Relu", "LeakyRelu", "S
 _BROADCAST = frozenset(["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mean", "Sum", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Where", "BitShift", "Mod", "PRelu", "BitwiseAnd", "BitwiseOr", "BitwiseXor"])
 _POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
 _RECURRENT = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}  # the initial-state inputs
+#: Ops whose outputs the walk never enters by a dim name: they end a dim's way (its size is read there).
+_STOPS = frozenset({"Conv", "ConvTranspose", "STFT", *_POOLS, *_RECURRENT, "Shape", "Size"})
 
 
 @dataclass
@@ -57,7 +59,7 @@ class DimFacts:
 class _Graph:
     """Constants, ranks and consumers of a model, for the walk."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: onnx.ModelProto, stub: onnx.ModelProto | None = None) -> None:
         g = model.graph
         self.consts: dict[str, np.ndarray] = {}
         self.shapes: dict[str, tuple[int, ...]] = {t.name: tuple(t.dims) for t in g.initializer}
@@ -73,8 +75,9 @@ class _Graph:
                         self.consts[n.output[0]] = numpy_helper.to_array(value)
         self.ranks: dict[str, int] = {k: len(v) for k, v in self.shapes.items()}
         self.static: dict[str, tuple[int | None, ...]] = {}
+        self.named: dict[str, tuple[str, ...]] = {}  # the dim names onnx's inference carried to each tensor
         try:
-            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+            inferred = onnx.shape_inference.infer_shapes(stub or model, strict_mode=False, data_prop=stub is not None)
         except Exception:  # noqa: BLE001 - onnx's inference refuses some graphs: ranks from the inputs only
             inferred = model
         for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
@@ -82,6 +85,7 @@ class _Graph:
             if tt is not None and tt.HasField("shape"):
                 self.ranks.setdefault(vi.name, len(tt.shape.dim))
                 self.static.setdefault(vi.name, tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim))
+                self.named.setdefault(vi.name, tuple(d.dim_param for d in tt.shape.dim))
         self.consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
         for n in g.node:
             for i, name in enumerate(n.input):
@@ -117,12 +121,16 @@ def _label(node: onnx.NodeProto) -> str:
     return node.name or f"{node.op_type}({node.output[0] if node.output else ''})"
 
 
-def read(model: onnx.ModelProto, symbols: dict[tuple[str, int], str], max_nodes: int = 20000) -> DimFacts:
-    """The facts about ``symbols`` ((input name, axis) -> symbol) the graph's ops imply."""
+def read(model: onnx.ModelProto, symbols: dict[tuple[str, int], str], max_nodes: int = 20000,
+         stub: onnx.ModelProto | None = None) -> DimFacts:
+    """The facts about ``symbols`` ((input name, axis) -> symbol) the graph's ops imply. ``stub``:
+    the model without its weights' values and with its unnamed dims named as ``symbols`` names
+    them; onnx's inference (with data propagation) on it carries a dim through what the walk does
+    not follow (a dynamo ``view`` whose target is built from ``Shape``)."""
     facts = DimFacts()
     if len(model.graph.node) > max_nodes or not symbols:
         return facts
-    graph = _Graph(model)
+    graph = _Graph(model, stub)
     carried: dict[tuple[str, int], set[str]] = {}  # (tensor, axis) -> symbols it carries at offset 0
     for (name, axis), sym in symbols.items():
         _follow(graph, facts, carried, sym, name, axis)
@@ -142,8 +150,10 @@ def _follow(graph: _Graph, facts: DimFacts, carried: dict, sym: str, name: str, 
             carried.setdefault((tensor, ax), set()).add(sym)
         for node, index in graph.consumers.get(tensor, []):
             facts.reaches.setdefault(_label(node), set()).add(sym)
-            for out, out_axis, out_offset in _step(graph, facts, sym, node, index, ax, offset):
-                todo.append((out, out_axis, out_offset))
+            steps = _step(graph, facts, sym, node, index, ax, offset)
+            if not steps and offset == 0 and node.op_type not in _STOPS:  # where onnx's inference carried the name
+                steps = [(o, k, 0) for o in node.output if o for k, n in enumerate(graph.named.get(o, ())) if n == sym]
+            todo.extend(steps)
 
 
 def _at_least(facts: DimFacts, sym: str, size: int, why: str) -> None:

@@ -252,13 +252,13 @@ def typical(dims: dict[str, list], role_of: dict[str, str], level: int, system: 
 
 
 def role_sizes(role: str, rule: tuple[int, int] | None = None) -> tuple[int, ...]:
-    """A role's typical sizes raised to what ``rule`` (minimum, multiple) asks, each once, and at
-    least two of them (a 16 kHz VAD whose reflect Pad needs 65 samples: 128 and 256)."""
+    """A role's typical sizes that meet ``rule`` (minimum, multiple), else raised to it, each once,
+    and at least two of them (a 16 kHz VAD whose reflect Pad needs 65 samples: 128 and 256)."""
     sizes = TYPICAL[role]
     if rule is None:
         return sizes
-    out: list[int] = []
-    for size in sizes:
+    out = [size for size in sizes if fitted(size, rule) == size]
+    for size in sizes if len(out) < 2 else ():
         if fitted(size, rule) not in out:
             out.append(fitted(size, rule))
     while len(out) < 2:
@@ -318,7 +318,8 @@ def choose(model: onnx.ModelProto, given: list[Shapes], runs, where: str | None 
     if given and all(not dynamic_dims(model, g) for g in given):
         return Choice(given, "given with --input-shapes")
     declared = dims
-    facts = graph_dims.read(model, plain_symbols(dims), MAX_ANALYSED_NODES)
+    budget = Budget(model, max_memory)
+    facts = graph_dims.read(model, plain_symbols(dims), MAX_ANALYSED_NODES, budget.stub)
     fixed = {sym: size for sym, (size, _) in facts.sizes.items()}
     dims = _fix(dims, fixed)
     role_of = roles(model, dims)
@@ -328,7 +329,6 @@ def choose(model: onnx.ModelProto, given: list[Shapes], runs, where: str | None 
     for a, b, _ in facts.equal:  # a recurrent state's batch is a batch
         if "batch" in (role_of.get(a), role_of.get(b)) and a in role_of and b in role_of:
             role_of[a] = role_of[b] = "batch"
-    budget = Budget(model, max_memory)
     factor = upsampling(budget, dims, role_of)
     role_of.update(dict.fromkeys(factor, "latent"))
     fit: Fit = {sym: (least, 1) for sym, (least, _) in facts.minimum.items() if sym in role_of}

@@ -92,11 +92,14 @@ def test_an_audio_length_outlasts_its_reflect_pad_and_kernel_and_the_state_batch
 
 
 def _hidden_reflect_pad(pad: int) -> onnx.ModelProto:
-    """A reflect Pad the graph walk cannot reach (behind a Flatten): only the run's error tells."""
-    return model([node("Flatten", ["x"], ["flat"], axis=0), node("Unsqueeze", ["flat", "axis"], ["x3"]),
+    """A reflect Pad the graph walk cannot reach (behind a whole-axis Slice, whose output dim onnx's
+    inference does not name): only the run's error tells."""
+    return model([node("Slice", ["x", "start", "end", "axes"], ["sliced"]), node("Unsqueeze", ["sliced", "axis"], ["x3"]),
                   node("Pad", ["x3", "pads"], ["y"], mode="reflect")],
                  [inp("x", FLOAT, [1, "n"])], [out("y", FLOAT, [1, 1, None])],
-                 [init("axis", np.array([0], np.int64)), init("pads", np.array([0, 0, pad, 0, 0, pad], np.int64))])
+                 [init("start", np.array([0], np.int64)), init("end", np.array([2**62], np.int64)),
+                  init("axes", np.array([1], np.int64)), init("axis", np.array([0], np.int64)),
+                  init("pads", np.array([0, 0, pad, 0, 0, pad], np.int64))])
 
 
 def test_a_too_short_error_raises_the_length_and_the_search_retries():
