@@ -625,7 +625,7 @@ class _Search:
         if asked:
             reason += "; sizes the graph asks for: " + ", ".join(
                 ", ".join([f"{s} >= {lo}"] * (lo > 1) + [f"{s} a multiple of {m}"] * (m > 1)) for s, (lo, m) in sorted(asked.items()))
-        if solved:
+        if solved and solved[0].describe():
             reason += f"; dims related by {solved[0].name}: {solved[0].describe()}"
         costs = [self.budget.cost(p) for p in picked]
         if all(c is not None for c in costs):
@@ -757,19 +757,23 @@ class Budget:
         return None
 
     def tensor_dims(self, shapes: Shapes) -> dict[str, tuple[int, ...]] | None:
-        """Every tensor's static dims that onnx's inference gives at these input shapes (None when
-        it cannot run)."""
+        """Every tensor's static dims that shape inference gives at these input shapes: onnx's, or
+        onnxruntime's symbolic inference where onnx's loses most of them (a UNet's time embedding,
+        expanded to a data-dependent shape, leaves every block after the first unknown). None when
+        neither runs."""
         if self.stub is None:
             return None
         try:
-            inferred = self._inferred(self._at(shapes))
+            stub = self._at(shapes)
+            inferred = self._inferred(stub)
         except Exception:  # noqa: BLE001 - onnx's inference refuses some graphs
             return None
-        found = {}
-        for vi in inferred.graph.value_info:
-            tt = vi.type.tensor_type
-            if vi.type.HasField("tensor_type") and tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-                found[vi.name] = tuple(d.dim_value for d in tt.shape.dim)
+        found = _static_dims(inferred.graph.value_info)
+        outputs = sum(1 for n in stub.graph.node for o in n.output if o)
+        if len(found) < 0.9 * outputs:
+            refined = _symbolic_inference(stub)
+            if refined is not None:
+                found = _static_dims(refined.known_vi_.values())
         return found
 
     def _at(self, shapes: Shapes) -> onnx.ModelProto:
@@ -847,6 +851,15 @@ class Budget:
                     live -= sizes.pop(t)
         outs = {o: tuple(dims(o) or ()) for o in self.outputs}
         return Cost(self.weights + ARENA_FACTOR * peak, work, outs, unknown)
+
+
+def _static_dims(value_infos) -> dict[str, tuple[int, ...]]:
+    found = {}
+    for vi in value_infos:
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            found[vi.name] = tuple(d.dim_value for d in tt.shape.dim)
+    return found
 
 
 def _symbolic_inference(model: onnx.ModelProto):

@@ -6,6 +6,8 @@ input's; and the record of every dim it set (``Choice.guessed``, the report's ``
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -136,3 +138,25 @@ def test_a_vad_export_verifies_on_the_command_line_without_input_shapes(tmp_path
     assert any(p["verdict"] == "kept" and p["rewritten"] for p in rep["passes"])
     guessed = {g["dim"]: g for g in rep["shapes"]["guessed"]}
     assert guessed["?"]["equals"] == "batch" and guessed["samples"]["minimum"] == 128
+
+
+_CAPPED = """
+import json, resource
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+import graphfix
+rep = graphfix.fix({model!r}, "all").report
+print(json.dumps({{"status": rep.status, "shapes": rep.shapes}}))
+"""
+
+
+def test_a_diffusers_unet_is_verified_at_latents_its_strides_divide_not_2x2():
+    """The UNet2DCondition export: over the budget at 224, it was verified at 2x2 and 4x4 latents;
+    now at 64x64 and 32x32 (its stride divides both), in a process with a capped address space."""
+    limit = (4 << 30) + (2 << 30)
+    script = _CAPPED.format(limit=limit, model=str(ROOT / "fixtures" / "real" / "unet2d_condition.onnx"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rep = json.loads(done.stdout.strip().splitlines()[-1])
+    assert rep["status"] == "ok"
+    assert [s["sample"][2:] for s in rep["shapes"]["shapes"]] == [[64, 64], [32, 32]]
+    assert next(g for g in rep["shapes"]["guessed"] if g["dim"] == "height")["multiple"] == 2  # one 2x downsampling in this tiny config
