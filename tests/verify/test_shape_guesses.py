@@ -18,8 +18,9 @@ import pytest
 from fixtures.recipes import dynamic_shapes
 from fixtures.recipes._onnx import FLOAT, init, inp, model, node, out
 from graphfix.cli.main import main
+from graphfix.verify import graph_dims
 from graphfix.verify.graph_dims import too_short
-from graphfix.verify.shapes import Budget, choose
+from graphfix.verify.shapes import Budget, choose, dynamic_dims, plain_symbols
 
 ROOT = Path(__file__).resolve().parents[2]
 DYNAMIC = ROOT / "fixtures" / "dynamic_shapes"
@@ -160,3 +161,47 @@ def test_a_diffusers_unet_is_verified_at_latents_its_strides_divide_not_2x2():
     assert rep["status"] == "ok"
     assert [s["sample"][2:] for s in rep["shapes"]["shapes"]] == [[64, 64], [32, 32]]
     assert next(g for g in rep["shapes"]["guessed"] if g["dim"] == "height")["multiple"] == 2  # one 2x downsampling in this tiny config
+
+
+
+def _read(nodes: list, inputs: list, inits: list, opset: int = 17):
+    """What the graph walk reads from a bare graph (no checker: only the walk is under test)."""
+    graph = onnx.helper.make_graph(nodes, "g", inputs, [onnx.helper.make_empty_tensor_value_info(nodes[-1].output[0])], inits)
+    m = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)], ir_version=8)
+    return graph_dims.read(m, plain_symbols(dynamic_dims(m, {})))
+
+
+def _w(*shape: int):
+    return np.zeros(shape, np.float32)
+
+
+def test_a_grouped_conv_reads_its_channels_as_kernel_channels_times_groups():
+    facts = _read([node("Conv", ["x", "w"], ["y"], group=4)], [inp("x", FLOAT, ["n", "c", 8, 8])], [init("w", _w(8, 2, 3, 3))])
+    assert facts.sizes["c"][0] == 8
+
+
+def test_a_conv_transpose_reads_its_channels_from_the_weights_first_dim():
+    facts = _read([node("ConvTranspose", ["x", "w"], ["y"])], [inp("x", FLOAT, ["n", "c", 8, 8])], [init("w", _w(6, 2, 3, 3))])
+    assert facts.sizes["c"][0] == 6
+
+
+def test_a_batch_norm_and_a_transpose_on_the_way_keep_the_channel_axis():
+    nodes = [node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]),
+             node("BatchNormalization", ["t", "s", "b", "m", "v"], ["bn"]), node("Relu", ["bn"], ["y"])]
+    inits = [init(k, _w(5)) for k in "sbmv"]
+    facts = _read(nodes, [inp("x", FLOAT, ["n", "h", "w", "c"])], inits)
+    assert facts.sizes["c"] == (5, "/BatchNormalization_bn's scale")
+
+
+def test_an_unpadded_dilated_kernel_and_an_stft_frame_are_minimum_lengths():
+    conv = _read([node("Conv", ["x", "w"], ["y"], dilations=[3])], [inp("x", FLOAT, ["n", 1, "t"])], [init("w", _w(1, 1, 5))])
+    assert conv.minimum["t"][0] == 13 and conv.spatial["t"] == 1  # (5 - 1) * 3 + 1
+    stft = _read([node("Unsqueeze", ["x", "ax"], ["s"]), node("STFT", ["s", "step", "", "frame"], ["y"])],
+                 [inp("x", FLOAT, ["n", "t"])], [init("ax", np.array([2])), init("step", np.array(160)), init("frame", np.array(400))])
+    assert stft.minimum["t"][0] == 400
+
+
+def test_a_padded_conv_asks_for_no_more_than_its_padding_leaves():
+    facts = _read([node("Pad", ["x", "p"], ["xp"], mode="constant"), node("Conv", ["xp", "w"], ["y"], pads=[1, 1])],
+                  [inp("x", FLOAT, ["n", 1, "t"])], [init("p", np.array([0, 0, 2, 0, 0, 2])), init("w", _w(1, 1, 9))])
+    assert facts.minimum["t"][0] == 3  # 9 - 2 - 4
