@@ -758,9 +758,9 @@ class Budget:
 
     def tensor_dims(self, shapes: Shapes) -> dict[str, tuple[int, ...]] | None:
         """Every tensor's static dims that shape inference gives at these input shapes: onnx's, or
-        onnxruntime's symbolic inference where onnx's loses most of them (a UNet's time embedding,
-        expanded to a data-dependent shape, leaves every block after the first unknown). None when
-        neither runs."""
+        onnxruntime's symbolic inference where onnx's loses a resampling op's output (a UNet's time
+        embedding, expanded to a data-dependent shape, leaves every block after the first unknown).
+        None when neither runs."""
         if self.stub is None:
             return None
         try:
@@ -769,8 +769,7 @@ class Budget:
         except Exception:  # noqa: BLE001 - onnx's inference refuses some graphs
             return None
         found = _static_dims(inferred.graph.value_info)
-        outputs = sum(1 for n in stub.graph.node for o in n.output if o)
-        if len(found) < 0.9 * outputs:
+        if any(n.op_type in _RESAMPLING and n.output[0] not in found for n in stub.graph.node if n.output):
             refined = _symbolic_inference(stub)
             if refined is not None:
                 found = _static_dims(refined.known_vi_.values())
@@ -851,6 +850,11 @@ class Budget:
                     live -= sizes.pop(t)
         outs = {o: tuple(dims(o) or ()) for o in self.outputs}
         return Cost(self.weights + ARENA_FACTOR * peak, work, outs, unknown)
+
+
+#: Ops that change a spatial size (the strides :func:`strides` measures).
+_RESAMPLING = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "Resize", "Upsample",
+                         "DepthToSpace", "SpaceToDepth"})
 
 
 def _static_dims(value_infos) -> dict[str, tuple[int, ...]]:
