@@ -558,23 +558,33 @@ _BOUND_ERROR = re.compile(r"out of (?:data )?bounds|invalid index|must be within
 MAX_GUESSED_SYMBOLS = 4
 
 
+#: A run's error that says two dims should have matched (a broadcast, an LSTM's ``initial_h`` against
+#: its ``X``): any two symbols are tried equal.
+_MISMATCH_ERROR = re.compile(r"broadcast|must have shape|incompatible dimensions|mismatch|do not match|not equal", re.I)
+#: At most this many symbols are paired by guessing from a mismatch (n(n-1)/2 guesses).
+MAX_PAIRED_SYMBOLS = 6
+
+
 def _error_systems(dims: dict[str, list], role_of: dict[str, str], errors: list[str]) -> list[System]:
-    """When the graph said nothing that ran and the runs failed on an index or a broadcast past a
-    dim ("invalid index found, index = 16" where a mask is as long as a cache plus the new tokens):
-    each length symbol as the sum of two others, as another plus one, or as twice another, each
-    tried on its own."""
-    lengths = sorted(s for s, r in role_of.items() if r == "length")
-    if not any(_BOUND_ERROR.search(e) for e in errors) or not 2 <= len(lengths) <= MAX_GUESSED_SYMBOLS:
-        return []
+    """When the graph said nothing that ran: after a mismatch between dims ("Input initial_h must
+    have shape {1,2,128}. Actual:{1,128,128}"), any two symbols equal (a recurrent state's batch named
+    apart from its input's); after an index or a broadcast past a dim ("invalid index found, index =
+    16" where a mask is as long as a cache plus the new tokens), each length symbol as the sum of two
+    others, as another plus one, or as twice another; each tried on its own."""
     import sympy
 
-    sym = {s: sympy.Symbol(s, integer=True, positive=True) for s in lengths}
+    free = sorted(role_of)
+    sym = {s: sympy.Symbol(s, integer=True, positive=True) for s in free}
     equations = []
-    for a in lengths:
-        others = [b for b in lengths if b != a]
-        equations += [sym[a] - sym[b] - sym[c] for b, c in itertools.combinations(others, 2)]
-        equations += [e for b in others for e in (sym[a] - sym[b] - 1, sym[a] - 2 * sym[b])]
-    systems = [_system([eq], dims, role_of, "a relation the run's errors suggested") for eq in equations]
+    if any(_MISMATCH_ERROR.search(e) for e in errors) and 2 <= len(free) <= MAX_PAIRED_SYMBOLS:
+        equations += [sym[a] - sym[b] for a, b in itertools.combinations(free, 2)]
+    lengths = [s for s in free if role_of[s] == "length"]
+    if any(_BOUND_ERROR.search(e) for e in errors) and 2 <= len(lengths) <= MAX_GUESSED_SYMBOLS:
+        for a in lengths:
+            others = [b for b in lengths if b != a]
+            equations += [sym[a] - sym[b] - sym[c] for b, c in itertools.combinations(others, 2)]
+            equations += [e for b in others for e in (sym[a] - sym[b] - 1, sym[a] - 2 * sym[b])]
+    systems = [_system([eq], dims, role_of, "a relation the run's errors suggested") for eq in dict.fromkeys(equations)]
     return [s for s in systems if s is not None]
 
 

@@ -205,3 +205,18 @@ def test_a_padded_conv_asks_for_no_more_than_its_padding_leaves():
     facts = _read([node("Pad", ["x", "p"], ["xp"], mode="constant"), node("Conv", ["xp", "w"], ["y"], pads=[1, 1])],
                   [inp("x", FLOAT, ["n", 1, "t"])], [init("p", np.array([0, 0, 2, 0, 0, 2])), init("w", _w(1, 1, 9))])
     assert facts.minimum["t"][0] == 3  # 9 - 2 - 4
+
+
+def test_where_the_graph_walk_sees_nothing_a_vad_still_runs_from_its_errors(monkeypatch):
+    """The walk and the symbolic relations off: the reflect Pad's and the Conv's errors raise the
+    length, and the LSTM's "initial_h must have shape" error has the state's batch tried equal to
+    the input's."""
+    from graphfix.verify import shapes
+
+    monkeypatch.setattr(shapes.graph_dims, "read", lambda *a, **k: graph_dims.DimFacts())
+    monkeypatch.setattr(shapes, "relations", lambda m: ([], []))
+    m = dynamic_shapes.vad_state()
+    choice = choose(m, [], _runs(m))
+    for s in choice.shapes:
+        assert s["state"][1] == s["input"][0] and s["input"][1] >= 128, choice.shapes
+    assert _guess(choice, "samples")["how"] == "learned"
