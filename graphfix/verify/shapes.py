@@ -81,7 +81,7 @@ class Choice:
          "inputs": [["pixel_values", 1]],  # every (input, axis) that declares it
          "values": [3, 3],                 # its size in each of ``shapes``, in order
          "how": "graph",                   # graph | relation | role | ladder | learned
-         "role": "channel",                # channel (fixed by an op), batch, image, length, latent
+         "role": "fixed",                  # fixed (by an op), batch, image, length, latent
          "why": "/Conv's weight (W.shape[1] x group)",
          "minimum": 1, "multiple": 1,      # the least size and the stride the graph asks for
          "equals": None}                   # the dim it was set equal to (an LSTM's state batch)
@@ -499,10 +499,11 @@ class _Reading:
                     continue
                 sym = key if isinstance(getattr(d, "body", None), ast.Name) else None
                 least, multiple = self.fit.get(sym, (1, 1))
-                rec.update({"how": how, "role": self.role_of.get(sym, "length") if sym else "length", "why": "",
+                first = sym or min(_symbols(d), default="")
+                rec.update({"how": how, "role": self.role_of.get(first, "length"), "why": "",
                             "minimum": least, "multiple": multiple, "equals": None})
                 if sym in self.facts.sizes:
-                    rec.update(how="graph", role="channel", why=self.facts.sizes[sym][1])
+                    rec.update(how="graph", role="fixed", why=self.facts.sizes[sym][1])
                 elif system is not None and sym in system.dependent:
                     pair = next(((a, b, w) for a, b, w in self.facts.equal if sym in (a, b)), None)
                     rec.update(how="relation", equals=pair and (pair[0] if pair[1] == sym else pair[1]),
