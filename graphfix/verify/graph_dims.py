@@ -62,11 +62,13 @@ class _Graph:
     def __init__(self, model: onnx.ModelProto, stub: onnx.ModelProto | None = None) -> None:
         g = model.graph
         self.consts: dict[str, np.ndarray] = {}
-        self.shapes: dict[str, tuple[int, ...]] = {t.name: tuple(t.dims) for t in g.initializer}
-        for t in g.initializer:
+        initializers = [*g.initializer, *(t for n in _all_nodes(g) for sub in _subgraphs(n) for t in sub.initializer)]
+        self.shapes: dict[str, tuple[int, ...]] = {t.name: tuple(t.dims) for t in initializers}
+        for t in initializers:
             if t.data_location != onnx.TensorProto.EXTERNAL and _count(t.dims) <= 4096:
                 self.consts[t.name] = numpy_helper.to_array(t)
-        for n in g.node:
+        self.nodes = list(_all_nodes(g))
+        for n in self.nodes:
             if n.op_type == "Constant" and n.output:
                 value = next((a.t for a in n.attribute if a.name == "value"), None)
                 if value is not None:
@@ -80,14 +82,14 @@ class _Graph:
             inferred = onnx.shape_inference.infer_shapes(stub or model, strict_mode=False, data_prop=stub is not None)
         except Exception:  # noqa: BLE001 - onnx's inference refuses some graphs: ranks from the inputs only
             inferred = model
-        for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+        for vi in _all_value_infos(inferred.graph):
             tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
             if tt is not None and tt.HasField("shape"):
                 self.ranks.setdefault(vi.name, len(tt.shape.dim))
                 self.static.setdefault(vi.name, tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim))
                 self.named.setdefault(vi.name, tuple(d.dim_param for d in tt.shape.dim))
         self.consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
-        for n in g.node:
+        for n in self.nodes:
             for i, name in enumerate(n.input):
                 if name:
                     self.consumers.setdefault(name, []).append((n, i))
@@ -101,6 +103,30 @@ class _Graph:
             return self.shapes[name][axis]
         dims = self.static.get(name)
         return dims[axis] if dims is not None and 0 <= axis < len(dims) else None
+
+
+def _subgraphs(node: onnx.NodeProto):
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            yield a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            yield from a.graphs
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    """The graph's nodes and its If/Loop/Scan bodies' (a body reads outer tensors by name: silero's
+    VAD runs its whole network inside an If on the sample rate)."""
+    for n in graph.node:
+        yield n
+        for sub in _subgraphs(n):
+            yield from _all_nodes(sub)
+
+
+def _all_value_infos(graph: onnx.GraphProto):
+    yield from (*graph.input, *graph.value_info, *graph.output)
+    for n in graph.node:
+        for sub in _subgraphs(n):
+            yield from _all_value_infos(sub)
 
 
 def _count(dims) -> int:
@@ -343,7 +369,7 @@ def _matmul(graph: _Graph, facts: DimFacts, sym: str, node: onnx.NodeProto, inde
 def _meetings(graph: _Graph, facts: DimFacts, carried: dict, model: onnx.ModelProto) -> None:
     """Symbols that meet where an op needs their dims equal: aligned axes of a broadcast, a
     Concat's other axes, a recurrent op's X batch and initial-state batch."""
-    for node in model.graph.node:
+    for node in graph.nodes:
         groups: list[list[tuple[str, int]]] = []
         if node.op_type in _BROADCAST or node.op_type == "Concat":
             ranks = [graph.ranks.get(i) for i in node.input if i]

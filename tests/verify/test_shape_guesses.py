@@ -220,3 +220,38 @@ def test_where_the_graph_walk_sees_nothing_a_vad_still_runs_from_its_errors(monk
     for s in choice.shapes:
         assert s["state"][1] == s["input"][0] and s["input"][1] >= 128, choice.shapes
     assert _guess(choice, "samples")["how"] == "learned"
+
+
+def _vad_branch(tag: str, pad: int, taps: int) -> onnx.GraphProto:
+    """One sample rate's network: reflect Pad, a strided Conv1d, an LSTM on the outer ``state``."""
+    hidden, r = 128, np.random.default_rng(7)
+    inits = [init(f"pads{tag}", np.array([0, 0, pad, 0, 0, pad], np.int64)),
+             init(f"conv{tag}", r.standard_normal((64, 1, taps)).astype(np.float32) * 0.05),
+             init(f"W{tag}", r.standard_normal((1, 4 * hidden, 64)).astype(np.float32) * 0.05),
+             init(f"R{tag}", r.standard_normal((1, 4 * hidden, hidden)).astype(np.float32) * 0.05)]
+    nodes = [node("Pad", ["signal", f"pads{tag}"], [f"padded{tag}"], mode="reflect"),
+             node("Conv", [f"padded{tag}", f"conv{tag}"], [f"spectrum{tag}"], strides=[taps // 2]),
+             node("Transpose", [f"spectrum{tag}"], [f"frames{tag}"], perm=[2, 0, 1]),
+             node("LSTM", [f"frames{tag}", f"W{tag}", f"R{tag}", "", "", "h0", "c0"], [f"Y{tag}", f"Yh{tag}"],
+                  hidden_size=hidden),
+             node("ReduceMean", [f"Y{tag}"], [f"out{tag}"], keepdims=0)]
+    return onnx.helper.make_graph(nodes, f"sr{tag}", [], [out(f"out{tag}", FLOAT, [])], inits)
+
+
+def test_a_vad_whose_network_runs_inside_an_if_on_the_sample_rate_is_read_through_the_branches():
+    """silero's VAD runs its network in an If on ``sr``: the walk follows ``input`` and ``state``
+    into both branches (the 8 kHz one pads 32 into a 128-tap Conv: 64 samples; 16 kHz: 128)."""
+    m = model([node("Unsqueeze", ["input", "axis1"], ["signal"]),
+               node("Gather", ["state", "zero"], ["h"], axis=0), node("Gather", ["state", "one"], ["c"], axis=0),
+               node("Unsqueeze", ["h", "axis0"], ["h0"]), node("Unsqueeze", ["c", "axis0"], ["c0"]),
+               node("Equal", ["sr", "rate16k"], ["is16k"]),
+               node("If", ["is16k"], ["output"], then_branch=_vad_branch("16", 64, 256), else_branch=_vad_branch("8", 32, 128))],
+              [inp("input", FLOAT, ["batch", "samples"]), inp("state", FLOAT, [2, None, 128]), inp("sr", onnx.TensorProto.INT64, [])],
+              [out("output", FLOAT, [])],
+              [init("axis0", np.array([0], np.int64)), init("axis1", np.array([1], np.int64)),
+               init("zero", np.array(0, np.int64)), init("one", np.array(1, np.int64)), init("rate16k", np.array(16000, np.int64))])
+    calls = []
+    choice = choose(m, [], _runs(m, calls))
+    assert len(calls) == 2, calls  # nothing failed first
+    for s in choice.shapes:
+        assert s["input"][1] >= 128 and s["state"][1] == s["input"][0], choice.shapes
