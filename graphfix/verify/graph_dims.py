@@ -17,7 +17,11 @@ Unsqueeze, Pad, Gather on another axis, ...), to where an op fixes or bounds it:
   ``X`` batch and its ``initial_h`` batch must be equal;
 - a symbol that reaches a Conv's spatial axes is spatial (its size must suit strides).
 
-Nothing here is assumed true: the search still runs the model at what this suggests.
+The walk enters If/Loop bodies (a body reads outer tensors by name), and follows a dim wherever
+onnx's inference (with data propagation) carries its name. What it cannot see, a run's error may:
+:func:`too_short` reads onnxruntime's "pre-pad (64) exceeds maximum allowed (15)" and its kernel
+and STFT refusals. Nothing here is assumed true: the search still runs the model at what this
+suggests.
 """
 
 from __future__ import annotations
@@ -30,9 +34,22 @@ import onnx
 from onnx import numpy_helper
 
 #: Ops whose first output has their first input's shape.
-_SAME_SHAPE = frozenset(["Identity", "Cast", "CastLike", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Erf", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal", "Clip", "Dropout", "Softmax", "LogSoftmax", "Elu", "Selu", "Celu", "Gelu", "Mish", "Softplus", "Softsign", "Floor", "Ceil", "Round", "Sign", "Not", "IsNaN", "IsInf", "BatchNormalization", "InstanceNormalization", "LayerNormalization", "GroupNormalization", "LpNormalization", "MeanVarianceNormalization", "CumSum", "QuantizeLinear", "DequantizeLinear", "Trilu", "Shrink", "ThresholdedRelu", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Swish", "SimplifiedLayerNormalization", "RMSNormalization"])
+_SAME_SHAPE = frozenset([
+    "Identity", "Cast", "CastLike", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
+    "Erf", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal", "Clip", "Dropout", "Softmax", "LogSoftmax",
+    "Elu", "Selu", "Celu", "Gelu", "Mish", "Softplus", "Softsign", "Floor", "Ceil", "Round", "Sign",
+    "Not", "IsNaN", "IsInf", "BatchNormalization", "InstanceNormalization", "LayerNormalization",
+    "GroupNormalization", "LpNormalization", "MeanVarianceNormalization", "CumSum", "QuantizeLinear",
+    "DequantizeLinear", "Trilu", "Shrink", "ThresholdedRelu", "Sin", "Cos", "Tan", "Asin", "Acos",
+    "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Swish", "SimplifiedLayerNormalization",
+    "RMSNormalization",
+])
 #: Ops that broadcast their inputs together (numpy rules).
-_BROADCAST = frozenset(["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mean", "Sum", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Where", "BitShift", "Mod", "PRelu", "BitwiseAnd", "BitwiseOr", "BitwiseXor"])
+_BROADCAST = frozenset([
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mean", "Sum", "Equal", "Less", "LessOrEqual",
+    "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Where", "BitShift", "Mod", "PRelu", "BitwiseAnd",
+    "BitwiseOr", "BitwiseXor",
+])
 _POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
 _RECURRENT = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}  # the initial-state inputs
 #: Ops whose outputs the walk never enters by a dim name: they end a dim's way (its size is read there).
@@ -46,8 +63,8 @@ class DimFacts:
     ``sizes``: the size an op fixes it to, with why (``num_channels``: 3 from ``/Conv``'s weight);
     ``minimum``: the least size the ops it reaches accept, with why; ``spatial``: the number of
     spatial axes of the Conv/pool it reaches (2: an image's height or width); ``equal``: pairs of
-    symbols an op needs equal, with why; ``reaches``: (node name, input index) -> the symbols whose
-    dim that input carries unchanged (a failing node's error is blamed on them)."""
+    symbols an op needs equal, with why; ``reaches``: node name -> the symbols whose dims reach
+    its inputs (a failing node's error is blamed on them)."""
 
     sizes: dict[str, tuple[int, str]] = field(default_factory=dict)
     minimum: dict[str, tuple[int, str]] = field(default_factory=dict)
