@@ -193,7 +193,7 @@ def test_check_prints_the_change_to_make(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "BLOCKING  resize (Resize)" in text
     assert "fix: resize-nearest-mode" in text
-    source, target = tmp_path / "zp.onnx", tmp_path / "zp_fixed.onnx"
+    source = tmp_path / "zp.onnx"
     onnx.save(_qdq(3), source)
     assert main(["check", str(source), "--trt", "8.6"]) == 1
     assert "fix: no rewrite: use symmetric quantization" in capsys.readouterr().out
