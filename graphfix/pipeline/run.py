@@ -43,7 +43,6 @@ from graphfix.pipeline.steps import _freeze, _simplify
 from graphfix.pipeline.verification import _verify_each, verify_regions
 from graphfix.report.model import Report
 from graphfix.verify import inputs as inputs_mod
-from graphfix.verify import precision
 from graphfix.verify import sessions as sessions_mod
 
 
@@ -84,7 +83,6 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     try:
         log = EditLog()
         decided = discrete.find(graph) if settings.verify else ([], {})
-        report.precision = precision.computed_in(graph) if settings.verify else {}
         if settings.verify and settings.verify_each:
             return _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step, before)
         run_passes(graph, chosen, settings, log, report, step)

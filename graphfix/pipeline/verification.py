@@ -20,6 +20,7 @@ from graphfix.pipeline.manager import charge_rollback, node_record, run_passes
 from graphfix.pipeline.settings import Outcome, Settings, StrictFailure
 from graphfix.report.model import KEPT, ROLLED_BACK, UNVERIFIED, PassRecord, Report
 from graphfix.verify import compare as compare_mod
+from graphfix.verify import precision as precision_mod
 from graphfix.verify import regions as regions_mod
 from graphfix.verify import sessions as sessions_mod
 
@@ -318,6 +319,10 @@ def end_to_end(model, baseline, results, settings: Settings, feeds, counter, rep
     original model's own noise floor (measured once per run, reported as ``noise_floor``). An output
     computed through float16/bfloat16 (``report.precision``) allows for that type's rounding."""
     diffs = compare_mod.compare(baseline, results, *settings.tol, precision=report.precision)
+    if not all(d.passed for d in diffs.values()) and report.precision is None:
+        report.precision = precision_mod.computed_in(model)
+        if report.precision:
+            diffs = compare_mod.compare(baseline, results, *settings.tol, precision=report.precision)
     if not all(d.passed for d in diffs.values()) and settings.automatic_tolerance:
         if report.noise_floor is None:
             report.noise_floor = sessions_mod.noise_floor(model, feeds, baseline, counter, settings.base_dir)

@@ -56,8 +56,9 @@ class Report:
     #: end-to-end comparison failed (None: not needed)
     noise_floor: dict[str, float] | None = None
     #: per output computed through float16/bfloat16 (graphfix.verify.precision): that type, whose
-    #: rounding its comparison allows for although the output itself may be float32
-    precision: dict[str, str] = field(default_factory=dict)
+    #: rounding its comparison allows for although the output itself may be float32 (None: not
+    #: needed, every output agreed at its own type's tolerance)
+    precision: dict[str, str] | None = None
     #: decisions (ArgMax/TopK/comparisons) the outputs depend on: margins and flips (graphfix.analysis.discrete)
     discrete: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)

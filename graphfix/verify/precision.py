@@ -16,7 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
+
+from graphfix.onnxio.proto import Assembled
 
 #: Machine epsilon of the float types whose rounding widens a comparison (bfloat16: 8 bits of
 #: mantissa; numpy has no bfloat16 of its own, ml_dtypes names it).
@@ -56,32 +59,59 @@ def of_tensors(nodes: Iterable[gs.Node], extra: Iterable[gs.Tensor] = ()) -> str
     return lowest(types)
 
 
-def computed_in(graph: gs.Graph) -> dict[str, str]:
-    """Per graph output computed through float16 or bfloat16 somewhere: the lowest such type among
-    the tensors it is computed from (itself included). One walk over the graph, iterative (a
-    100k-node chain is no recursion), each tensor visited once."""
-    memo: dict[int, float] = {}
-    names: dict[float, str] = {v: k for k, v in EPSILON.items()}
+_LOW_ONNX = {onnx.TensorProto.FLOAT16: EPSILON["float16"], onnx.TensorProto.BFLOAT16: EPSILON["bfloat16"]}
+#: ops whose output type an attribute sets (every other op's follows its inputs'), and the ops
+#: with bodies (a body can cast)
+_TYPED_BY_ATTRIBUTE = frozenset({"Cast", "Constant", "ConstantOfShape", "EyeLike", "RandomNormal", "RandomUniform",
+                                 "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "If", "Loop", "Scan"})
 
-    def low(root: gs.Tensor) -> float:
-        stack = [(root, False)]
-        while stack:
-            t, expanded = stack.pop()
-            if id(t) in memo:
-                continue
-            producer = t.inputs[0] if isinstance(t, gs.Variable) and t.inputs else None
-            sources = [] if producer is None else [i for i in producer.inputs if i is not None and i.name]
-            pending = [] if expanded else [s for s in sources if id(s) not in memo]
-            if pending:
-                stack.append((t, True))
-                stack.extend((s, False) for s in pending)
-                continue
-            memo[id(t)] = max([epsilon(t.dtype), *(memo.get(id(s), 0.0) for s in sources)])
-        return memo[id(root)]
 
+def _attribute_types(n: onnx.NodeProto) -> list[int]:
+    """The tensor types a node's attributes name (Cast's ``to``, a Constant's value, a body's
+    inputs, outputs, weights and such types of its own nodes)."""
+    found = []
+    for a in n.attribute:
+        if a.name in ("to", "dtype"):
+            found.append(a.i)
+        elif a.HasField("t"):
+            found.append(a.t.data_type)
+        for body in [a.g] if a.HasField("g") else list(a.graphs):
+            found += [vi.type.tensor_type.elem_type for vi in (*body.input, *body.output)]
+            found += [t.data_type for t in body.initializer]
+            found += [t for m in body.node if m.op_type in _TYPED_BY_ATTRIBUTE for t in _attribute_types(m)]
+    return found
+
+
+def computed_in(model: onnx.ModelProto | Assembled) -> dict[str, str]:
+    """Per graph output computed through float16 or bfloat16: the lowest such type on its way.
+
+    Read from where a type can enter a computation (every other op's output type follows its
+    inputs'): the graph's inputs, its weights, and the ops an attribute types (Cast's ``to``, a
+    Constant's value; an If/Loop/Scan's bodies), carried forward through the nodes in the file's
+    (topological) order. Made only when an end-to-end comparison at the outputs' own types failed,
+    so a float32 model that passes it never pays."""
+    g = model.stub.graph if isinstance(model, Assembled) else model.graph
+    initializers = model.initializers if isinstance(model, Assembled) else g.initializer
+    low: dict[str, float] = {}
+    for name, elem_type in [*((vi.name, vi.type.tensor_type.elem_type) for vi in g.input),
+                            *((t.name, t.data_type) for t in initializers)]:
+        if elem_type in _LOW_ONNX:
+            low[name] = _LOW_ONNX[elem_type]
+    for n in g.node:
+        found = max([low.get(i, 0.0) for i in n.input]) if n.input else 0.0
+        op = n.op_type
+        if op == "Cast":  # most of them: one int attribute
+            found = max(found, _LOW_ONNX.get(n.attribute[0].i, 0.0) if len(n.attribute) == 1 else
+                        max([0.0, *(_LOW_ONNX.get(t, 0.0) for t in _attribute_types(n))]))
+        elif op in _TYPED_BY_ATTRIBUTE:
+            found = max([found, *(_LOW_ONNX.get(t, 0.0) for t in _attribute_types(n))])
+        if found:
+            for o in n.output:
+                low[o] = found
+    names = {v: k for k, v in EPSILON.items()}
     out: dict[str, str] = {}
-    for t in graph.outputs:
-        eps = low(t)
-        if eps:
-            out[t.name] = names[eps]
+    for vi in g.output:
+        found = max(low.get(vi.name, 0.0), _LOW_ONNX.get(vi.type.tensor_type.elem_type, 0.0))
+        if found:
+            out[vi.name] = names[found]
     return out

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphfix
 from graphfix import passes
-from graphfix.graph import replace_tensor, to_graph
+from graphfix.graph import replace_tensor
 from graphfix.passes.base import Context
 from graphfix.verify import compare, precision
 from tests.helpers.support import ort_run
@@ -124,8 +124,7 @@ def test_a_wrong_rewrite_in_an_fp16_block_is_still_rolled_back(form):
 
 
 def test_an_output_cast_to_float32_from_fp16_math_is_compared_at_fp16s_floor():
-    graph = to_graph(fp16_block("layernorm-gelu"))
-    assert precision.computed_in(graph) == {"y": "float16"}
+    assert precision.computed_in(fp16_block("layernorm-gelu")) == {"y": "float16"}
     assert compare.tolerances(np.float32, 1e-5, 1e-5, "float16") == (FP16_TOL, FP16_TOL)
     assert compare.tolerances(np.float32, 1e-5, 1e-5, None) == (1e-5, 1e-5)  # float32 math: exactly as asked
     assert compare.tolerances(np.float32, 1e-5, 1e-5, "bfloat16") == (4 * 2.0**-7, 4 * 2.0**-7)
@@ -146,7 +145,7 @@ def test_bfloat16_on_the_way_makes_a_float32_output_bfloat16_precision():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     x = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
     y = ort_run(m, {"x": x})[0]  # runs on the CPU provider
-    assert precision.computed_in(to_graph(m)) == {"y": "bfloat16"}
+    assert precision.computed_in(m) == {"y": "bfloat16"}
     moved = y * (1 + 2.0**-8)  # half a bfloat16 ulp: rounding, not a wrong rewrite
     ref, cand = compare.RunResults(), compare.RunResults()
     from polygraphy.comparator.struct import IterationResult
