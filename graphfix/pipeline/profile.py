@@ -129,7 +129,8 @@ def build(model: onnx.ModelProto, shape_sets: list[dict[str, list[int]]], given:
     shapes: Profile = {}
     for name, row in rows.items():
         if all((name, j) in per_dim for j in range(len(row))):
-            shapes[name] = tuple(tuple(per_dim[name, j][k] for j in range(len(row))) for k in range(3))  # type: ignore[assignment]
+            lo, opt, hi = (tuple(per_dim[name, j][k] for j in range(len(row))) for k in range(3))
+            shapes[name] = (lo, opt, hi)
     out_records = [r for r in out_records if all(n in shapes for n, _ in r["inputs"])]
     return PrintedProfile(shapes, out_records, _note(out_records, shapes, verified))
 
