@@ -20,6 +20,7 @@ import graphfix
 from graphfix import passes
 from graphfix.graph import replace_tensor
 from graphfix.passes.base import Context
+from graphfix.report import summary
 from graphfix.verify import compare, precision
 from tests.helpers.support import ort_run
 
@@ -90,6 +91,7 @@ def test_exact_decompositions_in_an_fp16_block_with_fp32_io_are_kept(kind):
     assert all(p.verdict == "kept" and not p.rolled_back_nodes for p in changed.values()), [p.reason for p in changed.values()]
     assert result.report.status == "ok"
     assert result.report.precision == {"y": "float16"}
+    assert "y computed in float16: compared at 4 units in that type's last place" in summary.table(result.report)
     x = np.random.default_rng(3).standard_normal([d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]).astype(np.float32)
     np.testing.assert_allclose(ort_run(result.model, {"x": x})[0], ort_run(m, {"x": x})[0], atol=FP16_TOL, rtol=FP16_TOL)
 
