@@ -15,6 +15,7 @@ import onnx
 import onnx_graphsurgeon as gs
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 import graphfix
 from graphfix import passes
@@ -22,7 +23,7 @@ from graphfix.graph import replace_tensor
 from graphfix.passes.base import Context
 from graphfix.report import summary
 from graphfix.verify import compare, precision
-from tests.helpers.support import ort_run
+from tests.helpers.support import ort_run, runs_on_onnxruntime
 
 FP16_EPS = float(np.finfo(np.float16).eps)
 #: what an fp16 computation may move by when a few of its ops round in another order
@@ -37,11 +38,13 @@ KINDS = {
     "layernorm-hardswish": (20, {"layernorm-decompose", "activation-decompose"}),
     "layernorm-swish": (24, {"layernorm-decompose", "swish-decompose"}),
     "groupnorm-conv": (21, {"groupnorm-decompose"}),
+    "swiglu": (28, {"swiglu-decompose"}),  # no SwiGLU in onnxruntime 1.32: verified on the reference evaluator
 }
 
 
 def fp16_block(kind: str, seed: int = 0) -> onnx.ModelProto:
-    """x (float32) -> Cast(float16) -> norm -> [MatMul -> activation -> MatMul | SiLU -> Conv] -> Cast(float32)."""
+    """x (float32) -> Cast(float16) -> [norm -> MatMul -> activation -> MatMul | norm -> SiLU -> Conv |
+    MatMul, MatMul -> SwiGLU -> MatMul] -> Cast(float32)."""
     r = np.random.default_rng(seed)
     opset, _ = KINDS[kind]
     inits: list[onnx.TensorProto] = []
@@ -58,6 +61,13 @@ def fp16_block(kind: str, seed: int = 0) -> onnx.ModelProto:
                                                            weight("gb", 0.1 * r.standard_normal(c))], ["n"], num_groups=4, epsilon=1e-5),
                   helper.make_node("Sigmoid", ["n"], ["sg"]), helper.make_node("Mul", ["n", "sg"], ["a"]),
                   helper.make_node("Conv", ["a", weight("cw", r.standard_normal((c, c, 3, 3)) / 12)], ["y16"], pads=[1, 1, 1, 1])]
+    elif kind == "swiglu":
+        c, hidden = 32, 64
+        shape = [1, 8, c]
+        nodes += [helper.make_node("MatMul", ["x16", weight("wa", r.standard_normal((c, hidden)) / 6)], ["ga"]),
+                  helper.make_node("MatMul", ["x16", weight("wb", r.standard_normal((c, hidden)) / 6)], ["gb"]),
+                  helper.make_node("SwiGLU", ["ga", "gb"], ["a"]),
+                  helper.make_node("MatMul", ["a", weight("w2", r.standard_normal((hidden, c)) / 8)], ["y16"])]
     else:
         c, hidden = 32, 64
         shape = [1, 8, c]
@@ -93,7 +103,8 @@ def test_exact_decompositions_in_an_fp16_block_with_fp32_io_are_kept(kind):
     assert result.report.precision == {"y": "float16"}
     assert "y computed in float16: compared at 4 units in that type's last place" in summary.table(result.report)
     x = np.random.default_rng(3).standard_normal([d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]).astype(np.float32)
-    np.testing.assert_allclose(ort_run(result.model, {"x": x})[0], ort_run(m, {"x": x})[0], atol=FP16_TOL, rtol=FP16_TOL)
+    run = ort_run if runs_on_onnxruntime(m) else (lambda model, feeds: ReferenceEvaluator(model).run(None, feeds))
+    np.testing.assert_allclose(run(result.model, {"x": x})[0], run(m, {"x": x})[0], atol=FP16_TOL, rtol=FP16_TOL)
 
 
 def _wrong_gelu(form: str) -> passes.Pass:
