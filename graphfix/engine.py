@@ -56,17 +56,6 @@ def engine_tolerance(fp16: bool) -> float:
     return 1e-2 if fp16 else 1e-3
 
 
-def covering_profile(shape_sets: list[dict[str, list[int]]], names: list[str]) -> ProfileShapes:
-    """The profile of the named (dynamic) inputs that holds every verified shape set: per dim the
-    least and the greatest size, opt the first set's (the shapes graphfix found to run)."""
-    profile: ProfileShapes = {}
-    for name in names:
-        shapes = [tuple(int(d) for d in s[name]) for s in shape_sets if name in s]
-        if shapes and len({len(x) for x in shapes}) == 1:
-            profile[name] = (tuple(map(min, zip(*shapes, strict=True))), shapes[0], tuple(map(max, zip(*shapes, strict=True))))
-    return profile
-
-
 def command_lines(onnx_path: str, engine_path: str, shapes: ProfileShapes | None = None, fp16: bool = False,
                   reference: tuple[str, str] | None = None) -> dict[str, str]:
     """The ``trtexec`` and ``polygraphy run`` commands that build (and compare) the same engine.

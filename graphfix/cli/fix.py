@@ -13,13 +13,14 @@ from graphfix import engine as trt_engine
 from graphfix.api import FixResult, fix, write_report_files
 from graphfix.check.findings import data_source_lines, finding_groups, from_data
 from graphfix.cli.common import _exit, discard_stdout
-from graphfix.engine import command_lines, covering_profile, parse_profile_shapes
+from graphfix.engine import command_lines, parse_profile_shapes
 from graphfix.errors import GraphfixError, OnnxruntimeDied, first_line, visible
 from graphfix.fs import signals
 from graphfix.fs import transaction as transaction_mod
 from graphfix.onnxio import paths
 from graphfix.onnxio.proto import Assembled
 from graphfix.onnxio.save import save_model
+from graphfix.pipeline import profile as profile_mod
 from graphfix.report import model as model_mod
 from graphfix.report import summary as summary_mod
 from graphfix.report.model import ERROR, ROLLED_BACK
@@ -256,9 +257,11 @@ def fix_one(args: argparse.Namespace) -> int:
     result.report.output = args.output
     if args.build or (args.trt and not result.report.blocking_left):  # no build line for a model it rejects
         engine_path = args.build or str(Path(args.output).with_suffix(".engine"))
-        profile = profile or _verified_profile(result, args)  # the engine built is the one printed
+        printed = _printed_profile(result, args, profile)
+        profile = printed.shapes  # the engine built is the one printed
         result.report.engine = {"commands": command_lines(args.output, engine_path, profile, args.fp16,
-                                                          _reference_files(result, args))}
+                                                          _reference_files(result, args)),
+                                "profile": printed.as_dict()}
     signals.reraise_swallowed_signal()
     with transaction_mod.Transaction(lock=plan.write_paths()) as tx:
         save_model(result.outcome.fixed, args.output, result.outcome.base_dir, args.external_data)
@@ -277,14 +280,19 @@ def fix_one(args: argparse.Namespace) -> int:
 EXIT_BLOCKED = 4
 
 
-def _verified_profile(result: FixResult, args: argparse.Namespace) -> dict:
-    """For a model with dynamic inputs and no given profile: one that holds every shape set
-    verification ran (or the given --input-shapes without verification), so the printed command
-    lines build an engine for shapes known to run."""
-    graph = Assembled.of(result.outcome.fixed).stub.graph
-    dynamic = [vi.name for vi in graph.input if any(not d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)]
-    sets = result.report.shapes.get("shapes") or parse_shape_sets(args.input_shapes)
-    return covering_profile([{k: list(v) for k, v in s.items()} for s in sets], dynamic) if dynamic else {}
+def _printed_profile(result: FixResult, args: argparse.Namespace, given: dict) -> profile_mod.PrintedProfile:
+    """The profile of the printed command lines (graphfix.pipeline.profile): the user's
+    --trt-*-shapes, the dims the user gave otherwise, and for the rest the shapes verification ran
+    (or the given --input-shapes without verification), marked as guessed, tied where dims share
+    a name or are one batch."""
+    shapes = result.report.shapes or {}
+    user_sets = parse_shape_sets(args.input_shapes)
+    sets = shapes.get("shapes") or [{k: list(v) for k, v in s.items()} for s in user_sets]
+    stub = Assembled.of(result.outcome.fixed).stub
+    given_inputs = {n for s in user_sets for n in s}
+    if args.load_inputs:  # the user's own data: every input as given
+        given_inputs |= {vi.name for vi in stub.graph.input}
+    return profile_mod.build(stub, sets, given, given_inputs, shapes.get("guessed"), verified=result.report.sessions > 0)
 
 
 def _reference_files(result: FixResult, args: argparse.Namespace) -> tuple[str, str] | None:
@@ -363,6 +371,8 @@ def _print(result: FixResult, args: argparse.Namespace) -> None:
         engine = result.report.engine or {}
         for tool, line in engine.get("commands", {}).items():
             print(visible(f"{tool}: {line}"))
+        if engine.get("profile", {}).get("note"):
+            print(visible(engine["profile"]["note"]))
         if "passed" in engine:
             print(f"TensorRT vs onnxruntime: {'match' if engine['passed'] else 'MISMATCH'} (max abs {engine['max_abs']:.3g}), engine {engine['engine']}")
         print(f"wrote {args.output}", file=sys.stderr)

@@ -22,6 +22,7 @@ from graphfix.pipeline.manager import charge_rollback, node_record, run_passes
 from graphfix.pipeline.settings import Outcome, Settings, StrictFailure
 from graphfix.report.model import KEPT, ROLLED_BACK, UNVERIFIED, PassRecord, Report
 from graphfix.verify import compare as compare_mod
+from graphfix.verify import precision as precision_mod
 from graphfix.verify import regions as regions_mod
 from graphfix.verify import sessions as sessions_mod
 
@@ -53,7 +54,8 @@ def verify_regions(model, graph, log, settings, report, feeds, counter, source, 
     for k, r in enumerate(regs):
         if k % every == 0:
             step(f"comparing {len(regs)} regions: {k} done")
-        records = compare_mod.region_diffs(probe_results, r.probes, *settings.tol, settings.automatic_tolerance) if not r.unchecked else {}
+        records = compare_mod.region_diffs(probe_results, r.probes, *settings.tol, settings.automatic_tolerance,
+                                           r.precision) if not r.unchecked else {}
         bad = {k: d for k, d in records.items() if not d.passed}
         worst = ", ".join(f"{k} (max abs {d.max_abs:.3g}, max rel {d.max_rel:.3g})" for k, d in bad.items())
         entry = node_record(r, ROLLED_BACK if bad else KEPT, r.unchecked or "on its own, on the original model's tensors",
@@ -201,7 +203,7 @@ def _ties_in_another_order(diffs: dict[str, compare_mod.OutputDiff], reference, 
     failing = [k for k, d in diffs.items() if not d.passed and k in depends]
     if not failing:
         return
-    ordered = compare_mod.sorted_diffs(reference, results, failing, *settings.tol, report.noise_floor)
+    ordered = compare_mod.sorted_diffs(reference, results, failing, *settings.tol, report.noise_floor, report.precision)
     for name in failing:
         d, s = diffs[name], ordered[name]
         if not s.passed:
@@ -231,8 +233,8 @@ def _undo_under_users_settings(model, regs, entries, settings: Settings, report:
     for r in live:
         if r.unchecked or ran is None:
             continue
-        bad = {k: d for k, d in compare_mod.region_diffs(ran, r.probes, *settings.tol, settings.automatic_tolerance).items()
-               if not d.passed}
+        bad = {k: d for k, d in compare_mod.region_diffs(ran, r.probes, *settings.tol, settings.automatic_tolerance,
+                                                         r.precision).items() if not d.passed}
         if bad:
             blamed[id(r)] = ", ".join(f"{k} (max abs {d.max_abs:.3g})" for k, d in bad.items())
     whole = "the whole fixed model differs there and no single region does"
@@ -337,12 +339,17 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
 def end_to_end(model, baseline, results, settings: Settings, feeds, counter, report: Report) -> dict[str, compare_mod.OutputDiff]:
     """The fixed (or partly fixed) model's outputs against the original's: at the tolerance in
     force, and with the automatic tolerance, where that fails, within NOISE_MULTIPLE times the
-    original model's own noise floor (measured once per run, reported as ``noise_floor``)."""
-    diffs = compare_mod.compare(baseline, results, *settings.tol)
+    original model's own noise floor (measured once per run, reported as ``noise_floor``). An output
+    computed through float16/bfloat16 (``report.precision``) allows for that type's rounding."""
+    diffs = compare_mod.compare(baseline, results, *settings.tol, precision=report.precision)
+    if not all(d.passed for d in diffs.values()) and report.precision is None:
+        report.precision = precision_mod.computed_in(model)
+        if report.precision:
+            diffs = compare_mod.compare(baseline, results, *settings.tol, precision=report.precision)
     if not all(d.passed for d in diffs.values()) and settings.automatic_tolerance:
         if report.noise_floor is None:
             report.noise_floor = sessions_mod.noise_floor(model, feeds, baseline, counter, settings.base_dir)
-        diffs = compare_mod.compare(baseline, results, *settings.tol, report.noise_floor)
+        diffs = compare_mod.compare(baseline, results, *settings.tol, report.noise_floor, report.precision)
     for name, d in diffs.items():  # an output that follows near-tie flips of its decisions
         if not d.passed and report.discrete and discrete.explained(report.discrete, name):
             d.passed, d.note = True, "differs where a decision it depends on flipped at a near-tie (see discrete)"

@@ -12,6 +12,8 @@ import numpy as np
 from polygraphy.comparator import RunResults
 from polygraphy.comparator.struct import IterationResult
 
+from graphfix.verify import precision as precision_mod
+
 
 def first_iterations(results: RunResults, n: int) -> RunResults:
     """The same run restricted to its first ``n`` iterations (a :func:`switched_run` on the feeds alone)."""
@@ -63,7 +65,7 @@ def select_outputs(results: RunResults, names: list[str]) -> RunResults:
 
 
 def region_diffs(results: RunResults, probes: dict[str, str], atol: float, rtol: float,
-                 rounding: bool = False) -> dict[str, OutputDiff]:
+                 rounding: bool = False, precision: str | None = None) -> dict[str, OutputDiff]:
     """Per original tensor a region recomputes: original vs rewritten value, over every feed.
 
     Same rule as polygraphy's SimpleCompareFunc (an element passes when its absolute difference
@@ -72,16 +74,23 @@ def region_diffs(results: RunResults, probes: dict[str, str], atol: float, rtol:
     ``rounding`` (automatic tolerance): atol is at least :data:`REGION_ULPS` units in the last place
     of the tensor's largest magnitude, what a few ops computing the same value in another order
     round to (a bilinear GridSample of correlation volumes near 40 differs by 1.5e-5 exactly so).
+    ``precision``: the region's (graphfix.verify.precision.of_tensors): a float32 tensor a float16
+    region computes is compared at float16's floor (:func:`tolerances`).
     """
     diffs: dict[str, OutputDiff] = {}
     for it in iterations(results):
         for name, probe in probes.items():
             ref = np.asarray(it[name])
-            cur = _numpy_diff(ref, np.asarray(it[probe]), max(atol, rounding_floor(ref)) if rounding else atol, rtol)
+            cur = _numpy_diff(ref, np.asarray(it[probe]), max(atol, rounding_floor(ref)) if rounding else atol, rtol, precision)
             prev = diffs.get(name)
-            diffs[name] = cur if prev is None else OutputDiff(
-                max(prev.max_abs, cur.max_abs), max(prev.max_rel, cur.max_rel), prev.passed and cur.passed, prev.note or cur.note)
+            diffs[name] = cur if prev is None else _worse(prev, cur)
     return diffs
+
+
+def _worse(prev: OutputDiff, cur: OutputDiff) -> OutputDiff:
+    """One output's differences over two iterations."""
+    return OutputDiff(max(prev.max_abs, cur.max_abs), max(prev.max_rel, cur.max_rel), prev.passed and cur.passed,
+                      prev.note or cur.note, prev.noise_floor, prev.precision or cur.precision)
 
 
 #: atol and rtol unless given (--atol/--rtol, which are then used exactly).
@@ -105,36 +114,37 @@ def rounding_floor(ref: np.ndarray) -> float:
     return float(REGION_ULPS * np.finfo(ref.dtype).eps * largest)
 
 
-#: Tolerance floors for low-precision outputs: 4 units in the last place, since a rewrite that
+#: Tolerance floors for low-precision values: 4 units in the last place, since a rewrite that
 #: computes the same value in more ops rounds at each of them. At the float32 defaults (1e-5) a
 #: correct fp16 rewrite (epsilon 9.8e-4) would be rolled back.
 _ULPS = 4
 
 
-def tolerances(dtype: np.dtype, atol: float, rtol: float) -> tuple[float, float]:
-    """(atol, rtol) for comparing outputs of ``dtype``: the given ones, raised to the floor of
-    fp16/bf16 (float32 and wider keep exactly what was asked)."""
-    dtype = np.dtype(dtype)
-    if dtype == np.float16:
-        eps = float(np.finfo(np.float16).eps)
-    elif dtype.name == "bfloat16":
-        eps = 2.0**-7
-    else:
+def tolerances(dtype: np.dtype, atol: float, rtol: float, precision: str | None = None) -> tuple[float, float]:
+    """(atol, rtol) for comparing values of ``dtype`` computed in ``precision`` (graphfix.verify.precision:
+    "float16"/"bfloat16" when the computation went through one, else None): the given ones, raised
+    to 4 ulps of the lowest of the two where that is fp16 or bf16 (a float32 output cast from
+    float16 math carries float16's rounding); float32 and wider computations keep exactly what
+    was asked."""
+    eps = max(precision_mod.epsilon(dtype), precision_mod.epsilon(precision))
+    if not eps:
         return atol, rtol
     floor = _ULPS * eps
     return max(atol, floor), max(rtol, floor)
 
 
-def _numpy_diff(ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float) -> OutputDiff:
+def _numpy_diff(ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float, precision: str | None = None) -> OutputDiff:
     """polygraphy's elementwise rule, in float64, chunk by chunk (:data:`CHUNK_ELEMENTS`). NaN where
-    the original has NaN is agreement (polygraphy alone would fail any NaN)."""
-    atol, rtol = tolerances(ref.dtype, atol, rtol)
+    the original has NaN is agreement (polygraphy alone would fail any NaN). ``precision``: the
+    float type the value was computed in, where lower than its own (graphfix.verify.precision)."""
     if ref.shape != cand.shape or ref.dtype != cand.dtype:
         return OutputDiff(float("inf"), float("inf"), False, f"{ref.dtype}{list(ref.shape)} became {cand.dtype}{list(cand.shape)}")
     if ref.size == 0:
         return OutputDiff(0.0, 0.0, True)
     if ref.dtype.kind not in "biufc":
         return equality_diff(ref, cand)
+    atol, rtol = tolerances(ref.dtype, atol, rtol, precision)
+    widened = _widened(ref.dtype, precision)
     abs_max, rel_max, ok, nan_moved = [], [], True, 0
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         for x, y in chunks(ref, cand):
@@ -151,7 +161,7 @@ def _numpy_diff(ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float) -> 
             rel_max.append(np.fmax.reduce(reldiff))
     if nan_moved:
         return OutputDiff(float("nan"), float("nan"), False, f"NaN at {nan_moved} position(s) where the other model has a number")
-    return OutputDiff(float(np.fmax.reduce(abs_max)), float(np.fmax.reduce(rel_max)), ok)
+    return OutputDiff(float(np.fmax.reduce(abs_max)), float(np.fmax.reduce(rel_max)), ok, precision=widened)
 
 
 def equality_diff(ref: np.ndarray, cand: np.ndarray) -> OutputDiff:
@@ -161,6 +171,11 @@ def equality_diff(ref: np.ndarray, cand: np.ndarray) -> OutputDiff:
     if not unequal:
         return OutputDiff(0.0, 0.0, True)
     return OutputDiff(float("inf"), float("inf"), False, f"{unequal} of {ref.size} {ref.dtype} values differ (compared for equality)")
+
+
+def _widened(dtype: np.dtype, precision: str | None) -> str | None:
+    """``precision`` where it, not the value's own type, set the tolerance (the report says so)."""
+    return precision if precision_mod.epsilon(precision) > precision_mod.epsilon(dtype) else None
 
 
 def iterations(results: RunResults) -> list[IterationResult]:
@@ -175,21 +190,27 @@ class OutputDiff:
     note: str = ""
     #: the original model's own noise floor for this output, when the comparison allowed for it
     noise_floor: float | None = None
+    #: the low float type ("float16", "bfloat16") the value was computed in, when that type and
+    #: not the value's own set the tolerance (a float32 output cast from float16 math)
+    precision: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         extra = {"note": self.note} if self.note else {}
         if self.noise_floor is not None:
             extra["noise_floor"] = self.noise_floor
+        if self.precision is not None:
+            extra["precision"] = self.precision
         return {"max_abs": self.max_abs, "max_rel": self.max_rel, "passed": self.passed, **extra}
 
 
 def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: float,
-            noise: dict[str, float] | None = None) -> dict[str, OutputDiff]:
+            noise: dict[str, float] | None = None, precision: dict[str, str] | None = None) -> dict[str, OutputDiff]:
     """Worst difference per output over all iterations (polygraphy SimpleCompareFunc's elementwise
     rule, in numpy as :func:`region_diffs`: polygraphy formats and logs statistics of every array
-    it compares, 4 ms an output, which made a model with 8000 outputs take minutes; fp16/bf16
-    outputs at no less than :func:`tolerances`' floor; with ``noise``, the original model's noise
-    floor per output, atol is at least :data:`NOISE_MULTIPLE` times it)."""
+    it compares, 4 ms an output, which made a model with 8000 outputs take minutes); outputs of
+    fp16/bf16, or computed through them (``precision``, per output: graphfix.verify.precision.computed_in),
+    at no less than :func:`tolerances`' floor; with ``noise``, the original model's noise floor per
+    output, atol is at least :data:`NOISE_MULTIPLE` times it."""
     diffs: dict[str, OutputDiff] = {}
     for ref_it, cand_it in zip(iterations(reference), iterations(candidate), strict=True):
         for name in ref_it:
@@ -198,18 +219,16 @@ def compare(reference: RunResults, candidate: RunResults, atol: float, rtol: flo
                 continue
             floor = (noise or {}).get(name)
             cur = _numpy_diff(np.asarray(ref_it[name]), np.asarray(cand_it[name]),
-                              max(atol, NOISE_MULTIPLE * floor) if floor else atol, rtol)
+                              max(atol, NOISE_MULTIPLE * floor) if floor else atol, rtol, (precision or {}).get(name))
             if not cur.note:  # compared numbers, not a changed shape or NaNs moved
                 cur.noise_floor = floor
             prev = diffs.get(name)
-            diffs[name] = cur if prev is None else OutputDiff(
-                max(prev.max_abs, cur.max_abs), max(prev.max_rel, cur.max_rel), prev.passed and cur.passed, prev.note or cur.note,
-                floor)
+            diffs[name] = cur if prev is None else _worse(prev, cur)
     return diffs
 
 
 def sorted_diffs(reference: RunResults, candidate: RunResults, names: list[str], atol: float, rtol: float,
-                 noise: dict[str, float] | None = None) -> dict[str, OutputDiff]:
+                 noise: dict[str, float] | None = None, precision: dict[str, str] | None = None) -> dict[str, OutputDiff]:
     """Per output, its values compared as sorted (the same multiset), worst over the iterations:
     what a tie-sensitive output (TopK of 300 over 8400 anchors at near-ties) keeps when near-tied
     elements come out in another order. Tolerances as :func:`compare` (``noise``: the floor)."""
@@ -218,9 +237,9 @@ def sorted_diffs(reference: RunResults, candidate: RunResults, names: list[str],
         for name in names:
             ref, cand = np.asarray(ref_it[name]), np.asarray(cand_it[name])
             floor = (noise or {}).get(name) or 0.0
-            cur = _numpy_diff(np.sort(ref, axis=None), np.sort(cand, axis=None), max(atol, NOISE_MULTIPLE * floor), rtol) \
+            cur = _numpy_diff(np.sort(ref, axis=None), np.sort(cand, axis=None), max(atol, NOISE_MULTIPLE * floor), rtol,
+                              (precision or {}).get(name)) \
                 if ref.shape == cand.shape else OutputDiff(float("inf"), float("inf"), False, "shapes differ")
             prev = diffs.get(name)
-            diffs[name] = cur if prev is None else OutputDiff(
-                max(prev.max_abs, cur.max_abs), max(prev.max_rel, cur.max_rel), prev.passed and cur.passed, prev.note or cur.note)
+            diffs[name] = cur if prev is None else _worse(prev, cur)
     return diffs
