@@ -39,7 +39,7 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input, replace_tensor, static_shape, tensor_dtype
 from graphfix.graph.build import Skip
-from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft, used
+from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft, replace_typed, used
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
 DEFAULT_MASK_FILTER = -10000.0
@@ -155,7 +155,7 @@ def _multi_head(node: gs.Node, ctx: Context) -> None:
     if past_key is not None and past_value is not None:
         k, v = b.concat([past_key, k], 2), b.concat([past_value, v], 2)
     out = _attend(ctx, node, q, k, v, node.inputs[0], optional_input(node, 4), optional_input(node, 5), hq // heads, hv, dtype)
-    replace_tensor(ctx.graph, node.outputs[0], out)
+    replace_typed(ctx.graph, node.outputs[0], out, dtype)
     for index, tensor in ((1, k), (2, v)):
         if len(node.outputs) > index and used(node.outputs[index], ctx.graph):
             replace_tensor(ctx.graph, node.outputs[index], tensor)
@@ -190,7 +190,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
         k = b.concat([b.squeeze(b.slice(past, [0], [1], [0]), [0]), k], 2)
         v = b.concat([b.squeeze(b.slice(past, [1], [2], [0]), [0]), v], 2)
     out = _attend(ctx, node, q, k, v, x, optional_input(node, 3), optional_input(node, 5), hq // heads, hv, dtype)
-    replace_tensor(ctx.graph, node.outputs[0], out)
+    replace_typed(ctx.graph, node.outputs[0], out, dtype)
     if len(node.outputs) > 1 and used(node.outputs[1], ctx.graph):
         if past is None:
             raise Skip("present is read but there is no past (onnxruntime requires both)")
