@@ -232,5 +232,5 @@ def test_group_query_attention_options_match_onnxruntime(dtype, layout, decoding
     attrs = {"local_window_size": window, "softcap": softcap, "rotary_interleaved": interleaved}
     if scale is not None:
         attrs["scale"] = scale
-    m = _gqa(dtype, batch, seq, heads, kv_heads, 8, total - 1 if decoding else None, rotary=rotary, bias=bias, **attrs)
+    m = _gqa(dtype, batch, seq, heads, kv_heads, 16, total - 1 if decoding else None, rotary=rotary, bias=bias, **attrs)
     _check_gqa(m, dtype, tokens, total, seed)
