@@ -277,33 +277,40 @@ def _group_query(node: gs.Node, ctx: Context) -> None:
     attention_bias = optional_input(node, 10)
     if attention_bias is not None:
         scores = b.op("Add", [scores, attention_bias])
-    scores = b.op("Where", [_gqa_hidden(b, positions, tokens, keys_k, int(attrs.get("local_window_size", -1)),
-                                        softcap > 0),
-                            np.array(np.finfo(dtype).min, dtype), scores], dtype=dtype)
-    replace_tensor(ctx.graph, node.outputs[0], _mix(ctx, scores, keys_v, heads * head, heads, groups))
+    hidden, empty = _gqa_hidden(b, positions, tokens, keys_k, int(attrs.get("local_window_size", -1)), softcap > 0 or dtype != np.float32)
+    scores = b.op("Where", [hidden, np.array(np.finfo(dtype).min, dtype), scores], dtype=dtype)
+    out = _mix(ctx, scores, keys_v, heads * head, heads, groups)
+    if empty is not None:
+        out = b.op("Where", [empty, np.array(0, dtype), out], dtype=dtype)
+    replace_tensor(ctx.graph, node.outputs[0], out)
     for index, tensor in ((1, k), (2, v)):
         if len(node.outputs) > index and used(node.outputs[index], ctx.graph):
             replace_tensor(ctx.graph, node.outputs[index], tensor)
 
 
-def _gqa_hidden(b: Builder, positions: gs.Tensor, tokens: gs.Tensor, keys: gs.Tensor, window: int, softcap: bool) -> gs.Tensor:
+def _gqa_hidden(b: Builder, positions: gs.Tensor, tokens: gs.Tensor, keys: gs.Tensor, window: int,
+                clamp: bool) -> tuple[gs.Tensor, gs.Tensor | None]:
     """True where key j is out of query (b, s)'s reach, [B, 1, S, T]: after its position
     ``cached[b] + s`` (causal), at or past ``T[b]`` (a padded prompt's rows), or, with a local
-    window W, not among the W keys ending at that position. A padded prompt row (s >= T[b]) has
-    no specified output; onnxruntime 1.32's CPU kernel ends its window at s, or with ``softcap``
-    (another code path) at T[b] - 1 (measured), and so does this mask."""
+    window W, not among the W keys ending at that position; and, where a row can see no key at
+    all, True for it ([B, S, 1], else None). A padded prompt row (s >= T[b]) has no specified
+    output; onnxruntime 1.32's CPU kernel ends its window at s in float32 without softcap (no key
+    left when s - W + 1 >= T[b]: the row is zeros), at T[b] - 1 (``clamp``) with softcap or in
+    float16 (another code path; measured), and so does this mask."""
     keys_len = b.squeeze(b.slice(b.shape(keys), [2], [3], [0]), [0])
     cols = b.unsqueeze(b.op("Range", [np.array(0, np.int64), keys_len, np.array(1, np.int64)]), [0, 1])  # [1, 1, T]
     at, tokens = b.unsqueeze(positions, [2]), b.unsqueeze(tokens, [1, 2])  # [B, S, 1], [B, 1, 1]
     hidden = b.op("Or", [b.op("Greater", [cols, at], dtype=np.bool_),
                          b.op("Not", [b.op("Less", [cols, tokens], dtype=np.bool_)], dtype=np.bool_)], dtype=np.bool_)
     if window > 0:
-        if softcap:
+        if clamp:
             last = b.op("Sub", [tokens, np.array(1, np.int64)])
             at = b.op("Where", [b.op("Less", [at, last], dtype=np.bool_), at, last])
-        early = b.op("Less", [cols, b.op("Sub", [at, np.array(window - 1, np.int64)])], dtype=np.bool_)
-        hidden = b.op("Or", [hidden, early], dtype=np.bool_)
-    return b.unsqueeze(hidden, [1])
+        first = b.op("Sub", [at, np.array(window - 1, np.int64)])
+        hidden = b.op("Or", [hidden, b.op("Less", [cols, first], dtype=np.bool_)], dtype=np.bool_)
+        if not clamp:
+            return b.unsqueeze(hidden, [1]), b.op("Not", [b.op("Less", [first, tokens], dtype=np.bool_)], dtype=np.bool_)
+    return b.unsqueeze(hidden, [1]), None
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:

@@ -227,7 +227,7 @@ def test_group_query_attention_options_match_onnxruntime(dtype, layout, decoding
                                                          bias, seed):
     """local_window_size, softcap, scale, do_rotary (cos/sin caches, interleaved or not), attention_bias."""
     heads, kv_heads = layout
-    batch, seq, tokens = (2, 1, [5, 3]) if decoding else (2, 4, [4, 3])
+    batch, seq, tokens = (2, 1, [5, 3]) if decoding else (2, 4, [4, 2])
     total = max(tokens)
     attrs = {"local_window_size": window, "softcap": softcap, "rotary_interleaved": interleaved}
     if scale is not None:
