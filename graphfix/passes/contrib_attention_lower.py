@@ -1,4 +1,5 @@
-"""contrib-attention-lower: onnxruntime's fused ``com.microsoft`` Attention as MatMul / Softmax / MatMul.
+"""contrib-attention-lower: onnxruntime's fused ``com.microsoft`` Attention, MultiHeadAttention and
+GroupQueryAttention as MatMul / Softmax / MatMul.
 
 Why: onnxruntime's transformer optimizer (``optimize_model(model_type="bert" | "gpt2" | "vit")``,
 optimum's O1-O4) fuses each self-attention block, QKV projection included, into one
@@ -27,9 +28,41 @@ cross-attention and for decoders with ``past_key``/``past_value``) goes the same
 is the Q, K and V biases one after another, ``key_padding_mask`` a raw ``[B, T]`` mask or lengths
 ``[B]``, ``present_key``/``present_value`` the keys and values after the past ones.
 
+``GroupQueryAttention`` (what onnxruntime's model builder / genai and the optimizer write for
+Llama/Mistral/Qwen/Phi decoders; schema and measured behaviour of onnxruntime 1.32's CPU kernel):
+
+* Q ``[B, S, N*H]``, K/V ``[B, S, kvN*H]``, or one packed QKV ``[B, S, (N + 2 kvN) H]``; each run
+  of N/kvN query heads reads one KV head (one grouped MatMul, K/V not repeated).
+* ``seqlens_k[b] + 1 = T[b]`` tokens after the step; ``cached[b] = max(T[b] - S, 0)`` before it
+  (the first prompt, ``total_sequence_length = S``, caches none and ``T[b] < S`` is right padding).
+  Query row s sits at position ``cached[b] + s`` and sees keys ``j <= position`` and ``j < T[b]``;
+  with ``local_window_size`` W only the W keys ending at its position.
+* ``present_key``/``present_value`` are ``max(past length, total_sequence_length)`` long (a
+  past buffer longer than the total is a static / shared cache): per entry the first
+  ``cached[b]`` past rows, the S new ones, then zeros (measured: whatever the past buffer held
+  there), built with one GatherElements and a Where; attention reads the first
+  ``total_sequence_length`` rows.
+* ``do_rotary``: Q and the new K rotated at their positions by ``cos_cache``/``sin_cache``
+  (``rotary_interleaved``, a partial rotary dim from the caches' width), before the cache;
+  ``scale``, ``softcap`` (``softcap * tanh(scores / softcap)``), then ``attention_bias``.
+* A padded prompt row (s >= T[b]) has no specified output; the lowering reproduces the CPU
+  kernel's two code paths (float32 without softcap ends its window at s and writes zeros where
+  no key is left; float16 or softcap ends it at T[b] - 1), measured.
+
+Cost (``bench/contrib_latency.py``, onnxruntime CPU, 1 thread, lowered / native): Attention 1x128
+(12 heads, hidden 768) 0.66x, 1x512 1.3x; MultiHeadAttention 0.60x / 2.0x; GroupQueryAttention
+(12 over 4 heads, rotary) a 128-token prompt 1.3x, one decoding step after 511 cached tokens 3.2x
+(the cache is rebuilt by a gather where the kernel appends in place).
+
 Left out (findings): packed QKV / KV and 4-D key/value forms of MultiHeadAttention, its ``qk``
-output, ``past_sequence_length``/``cache_indirection``; ``do_rotary``, ``past_present_share_buffer``, a ``past_sequence_length``
-input, a 4-D (Megatron) mask, weights whose shape is not static, non-float inputs.
+output, ``past_sequence_length``/``cache_indirection``; Attention's ``do_rotary``,
+``past_present_share_buffer``, a ``past_sequence_length`` input, a 4-D (Megatron) mask; weights
+whose shape is not static, non-float inputs. GroupQueryAttention: ``causal=0``,
+``sliding_window_cache`` (a window-sized cache evicting internally), ``smooth_softmax``/``head_sink``,
+a quantized KV cache (``k_scale``/``v_scale``, ``k_quant_type``/``v_quant_type``, int8/uint8/fp8
+past), ``q_norm_weight``/``k_norm_weight``, ``query_seqlens``, a ``position_ids`` input, the
+``output_qk`` output (``qk_output``); onnxruntime's CPU kernel wants a head size that is a multiple
+of 8 (16 with rotary), so no other head size was measured.
 """
 
 from __future__ import annotations
@@ -354,7 +387,8 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 PASS = Pass(
     name="contrib-attention-lower",
-    summary="Lower onnxruntime's com.microsoft Attention (packed QKV, masks, past/present) and MultiHeadAttention (3-D Q/K/V) to MatMul/Softmax/MatMul.",
+    summary="Lower onnxruntime's com.microsoft Attention (packed QKV, masks, past/present), MultiHeadAttention (3-D Q/K/V) and "
+            "GroupQueryAttention (KV heads, past/present, seqlens_k, window, softcap, rotary) to MatMul/Softmax/MatMul.",
     ops=frozenset({"Attention", "MultiHeadAttention", "GroupQueryAttention"}),
     rules=(
         Rule(NO_IMPORTER, "all", "onnxruntime contrib Attention (packed QKV weights): no TensorRT importer", microsoft,
