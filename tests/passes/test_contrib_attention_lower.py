@@ -1,5 +1,7 @@
 """contrib-attention-lower: com.microsoft Attention against onnxruntime running the original op:
-every mask form, unidirectional, past/present, attention_bias, qkv_hidden_sizes, scale; fp32 and fp16."""
+every mask form, unidirectional, past/present, attention_bias, qkv_hidden_sizes, scale; fp32 and fp16.
+MultiHeadAttention and GroupQueryAttention (KV heads, packed QKV, padded prompts, ragged and static
+caches, chunks, window, softcap, rotary, attention_bias) the same way."""
 
 from __future__ import annotations
 
@@ -7,11 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from onnx import numpy_helper
 
 from graphfix import passes
 from graphfix.check.findings import check_model
-from onnx import numpy_helper
-
 from tests.helpers.contrib import TOL, floats, ms, ms_model, vi, weight
 from tests.helpers.support import check_rewrite
 
@@ -234,3 +235,16 @@ def test_group_query_attention_options_match_onnxruntime(dtype, layout, decoding
         attrs["scale"] = scale
     m = _gqa(dtype, batch, seq, heads, kv_heads, 16, total - 1 if decoding else None, rotary=rotary, bias=bias, **attrs)
     _check_gqa(m, dtype, tokens, total, seed)
+
+
+@pytest.mark.parametrize("attrs,reason", [({"sliding_window_cache": 1, "local_window_size": 4}, "sliding_window_cache"),
+                                          ({"causal": 0}, "causal=0"), ({"smooth_softmax": 1}, "smooth_softmax"),
+                                          ({"k_quant_type": "PER_TENSOR"}, "k_quant_type")])
+def test_group_query_attention_forms_not_reproduced_are_findings(attrs, reason):
+    result = passes.get(PASS).apply(_gqa(np.float32, 1, 1, 4, 2, 16, 3, **attrs))
+    assert result.rewritten == 0 and reason in result.findings[0].message
+
+
+def test_group_query_attention_is_blocking_and_check_names_the_pass():
+    m = _gqa(np.float32, 1, 1, 4, 2, 16, 3)
+    assert [f.fix_pass for f in check_model(m, "8.6").findings if f.severity == "blocking"] == [PASS]
