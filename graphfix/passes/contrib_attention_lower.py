@@ -1,5 +1,4 @@
-"""contrib-attention-lower: onnxruntime's fused ``com.microsoft`` Attention, MultiHeadAttention and
-GroupQueryAttention as MatMul / Softmax / MatMul.
+"""contrib-attention-lower: onnxruntime's fused ``com.microsoft`` Attention, MultiHeadAttention, GroupQueryAttention as MatMul / Softmax / MatMul.
 
 Why: onnxruntime's transformer optimizer (``optimize_model(model_type="bert" | "gpt2" | "vit")``,
 optimum's O1-O4) fuses each self-attention block, QKV projection included, into one
