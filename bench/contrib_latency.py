@@ -140,6 +140,21 @@ def _activation(op: str, seq: int) -> Case:
         {"x": _x(shape)}
 
 
+def fused_matmul(seq: int) -> Case:
+    """The attention scores the optimizer writes: alpha * Q @ K^T per head."""
+    shape = [1, HEADS, seq, HIDDEN // HEADS]
+    node = _ms("FusedMatMul", ["a", "b"], ["y"], transB=1, alpha=0.125)
+    return _ms_model(node, [("a", F32, shape), ("b", F32, shape)], [("y", F32, [1, HEADS, seq, seq])], []), \
+        {"a": _x(shape), "b": _x(shape, 2)}
+
+
+def fused_conv() -> Case:
+    """A ResNet stage's 3x3 Conv + Relu as onnxruntime's level-2 optimizations write it."""
+    node = _ms("FusedConv", ["x", "w", "b"], ["y"], activation="Relu", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    inits = [_w("w", [64, 64, 3, 3]), _w("b", [64], seed=1)]
+    return _ms_model(node, [("x", F32, [1, 64, 56, 56])], [("y", F32, [1, 64, 56, 56])], inits), {"x": _x([1, 64, 56, 56])}
+
+
 def rotary_embedding(seq: int) -> Case:
     shape, head = [1, seq, HIDDEN], HIDDEN // HEADS
     angles = np.arange(1024)[:, None] * (10000.0 ** (-np.arange(head // 2) / (head // 2)))[None]
@@ -163,6 +178,8 @@ OPS: list[tuple[str, Callable[[], Case]]] = [
     ("BiasGelu 1x128x3072", lambda: _activation("BiasGelu", 128)),
     ("FastGelu 1x128x3072", lambda: _activation("FastGelu", 128)),
     ("RotaryEmbedding 1x128x768, 12 heads", lambda: rotary_embedding(128)),
+    ("FusedMatMul 12x128x64 @ (12x128x64)^T, alpha", lambda: fused_matmul(128)),
+    ("FusedConv 1x64x56x56, 3x3, Relu", fused_conv),
 ]
 
 
