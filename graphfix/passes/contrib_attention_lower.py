@@ -48,10 +48,11 @@ Llama/Mistral/Qwen/Phi decoders; schema and measured behaviour of onnxruntime 1.
   kernel's two code paths (float32 without softcap ends its window at s and writes zeros where
   no key is left; float16 or softcap ends it at T[b] - 1), measured.
 
-Cost (``bench/contrib_latency.py``, onnxruntime CPU, 1 thread, lowered / native): Attention 1x128
-(12 heads, hidden 768) 0.66x, 1x512 1.3x; MultiHeadAttention 0.60x / 2.0x; GroupQueryAttention
-(12 over 4 heads, rotary) a 128-token prompt 1.3x, one decoding step after 511 cached tokens 3.2x
-(the cache is rebuilt by a gather where the kernel appends in place).
+Cost (``bench/contrib_latency.py``, onnxruntime CPU, 1 thread, lowered / native, three runs):
+Attention (12 heads, hidden 768, padding mask) 0.97-1.09x at sequence 128, 1.01-1.07x at 512;
+MultiHeadAttention 0.89-1.12x / 0.99-1.19x; GroupQueryAttention (12 over 4 heads, rotary) a
+128-token prompt 1.31-1.33x, one decoding step after 511 cached tokens 1.15-1.43x (the present
+buffer as one row Gather; a GatherElements + Where form cost 4.7x).
 
 Left out (findings): packed QKV / KV and 4-D key/value forms of MultiHeadAttention, its ``qk``
 output, ``past_sequence_length``/``cache_indirection``; Attention's ``do_rotary``,

@@ -12,6 +12,10 @@ How (onnxruntime's ContribOperators.md and the schema it registers): ``position_
 gathered at the positions and the rotation is rotary-embedding-decompose's (the same formula,
 ``interleaved`` and partial ``rotary_embedding_dim`` included, 3-D input with ``num_heads``).
 
+Cost (``bench/contrib_latency.py``, onnxruntime CPU, 1 thread, lowered / native, three runs):
+5.3-10x at 1x128x768, 12 heads (about 0.15 ms against the kernel's 0.03 ms: two Gathers and six
+elementwise ops where the kernel makes one pass; TensorRT fuses such chains).
+
 Left out (findings): ``is_packed_batching``, ``scale`` other than 1, a rank of X that is not known,
 a head size that is not static, bfloat16.
 """
