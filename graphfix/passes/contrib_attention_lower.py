@@ -34,8 +34,9 @@ Llama/Mistral/Qwen/Phi decoders; schema and measured behaviour of onnxruntime 1.
   of N/kvN query heads reads one KV head (one grouped MatMul, K/V not repeated).
 * ``seqlens_k[b] + 1 = T[b]`` tokens after the step; ``cached[b] = max(T[b] - S, 0)`` before it
   (the first prompt, ``total_sequence_length = S``, caches none and ``T[b] < S`` is right padding).
-  Query row s sits at position ``cached[b] + s`` and sees keys ``j <= position`` and ``j < T[b]``;
-  with ``local_window_size`` W only the W keys ending at its position.
+  Query row s sits at position ``cached[b] + s`` and sees keys ``j <= position`` and ``j < T[b]``
+  (``causal=0``: every ``j < T[b]``); with ``local_window_size`` W only the W keys ending at its
+  position.
 * ``present_key``/``present_value`` are ``max(past length, total_sequence_length)`` long (a
   past buffer longer than the total is a static / shared cache): per entry the first
   ``cached[b]`` past rows, the S new ones, then zeros (measured: whatever the past buffer held
@@ -57,7 +58,7 @@ buffer as one row Gather; a GatherElements + Where form cost 4.7x).
 Left out (findings): packed QKV / KV and 4-D key/value forms of MultiHeadAttention, its ``qk``
 output, ``past_sequence_length``/``cache_indirection``; Attention's ``do_rotary``,
 ``past_present_share_buffer``, a ``past_sequence_length`` input, a 4-D (Megatron) mask; weights
-whose shape is not static, non-float inputs. GroupQueryAttention: ``causal=0``,
+whose shape is not static, non-float inputs. GroupQueryAttention:
 ``sliding_window_cache`` (a window-sized cache evicting internally), ``smooth_softmax``/``head_sink``,
 a quantized KV cache (``k_scale``/``v_scale``, ``k_quant_type``/``v_quant_type``, int8/uint8/fp8
 past), ``q_norm_weight``/``k_norm_weight``, ``query_seqlens``, a ``position_ids`` input, the
@@ -220,8 +221,8 @@ def _gqa_refusals(node: gs.Node, ctx: Context) -> None:
             raise Skip(f"{what} is not lowered")
     if len(node.outputs) > 3 and used(node.outputs[3], ctx.graph):
         raise Skip("the output_qk output is read")
-    if not int(attrs.get("causal", 1)):
-        raise Skip("causal=0 is not lowered")
+    if not int(attrs.get("causal", 1)) and int(attrs.get("local_window_size", -1)) > 0:
+        raise Skip("local_window_size with causal=0 (onnxruntime refuses it)")
 
 
 def _gqa_qkv(node: gs.Node, b: Builder, heads: int, kv_heads: int) -> tuple[gs.Tensor, gs.Tensor, gs.Tensor, int]:
@@ -318,7 +319,8 @@ def _group_query(node: gs.Node, ctx: Context) -> None:
     attention_bias = optional_input(node, 10)
     if attention_bias is not None:
         scores = b.op("Add", [scores, attention_bias])
-    hidden, empty = _gqa_hidden(b, positions, tokens, keys_k, int(attrs.get("local_window_size", -1)), softcap > 0 or dtype != np.float32)
+    hidden, empty = _gqa_hidden(b, positions, tokens, keys_k, int(attrs.get("local_window_size", -1)), softcap > 0 or dtype != np.float32,
+                                bool(int(attrs.get("causal", 1))))
     scores = b.op("Where", [hidden, np.array(np.finfo(dtype).min, dtype), scores], dtype=dtype)
     out = _mix(ctx, scores, keys_v, heads * head, heads, groups)
     if empty is not None:
@@ -330,9 +332,9 @@ def _group_query(node: gs.Node, ctx: Context) -> None:
 
 
 def _gqa_hidden(b: Builder, positions: gs.Tensor, tokens: gs.Tensor, keys: gs.Tensor, window: int,
-                clamp: bool) -> tuple[gs.Tensor, gs.Tensor | None]:
+                clamp: bool, causal: bool = True) -> tuple[gs.Tensor, gs.Tensor | None]:
     """True where key j is out of query (b, s)'s reach, [B, 1, S, T]: after its position
-    ``cached[b] + s`` (causal), at or past ``T[b]`` (a padded prompt's rows), or, with a local
+    ``cached[b] + s`` (``causal``), at or past ``T[b]`` (a padded prompt's rows), or, with a local
     window W, not among the W keys ending at that position; and, where a row can see no key at
     all, True for it ([B, S, 1], else None). A padded prompt row (s >= T[b]) has no specified
     output; onnxruntime 1.32's CPU kernel ends its window at s in float32 without softcap (no key
@@ -341,8 +343,9 @@ def _gqa_hidden(b: Builder, positions: gs.Tensor, tokens: gs.Tensor, keys: gs.Te
     keys_len = b.squeeze(b.slice(b.shape(keys), [2], [3], [0]), [0])
     cols = b.unsqueeze(b.op("Range", [np.array(0, np.int64), keys_len, np.array(1, np.int64)]), [0, 1])  # [1, 1, T]
     at, tokens = b.unsqueeze(positions, [2]), b.unsqueeze(tokens, [1, 2])  # [B, S, 1], [B, 1, 1]
-    hidden = b.op("Or", [b.op("Greater", [cols, at], dtype=np.bool_),
-                         b.op("Not", [b.op("Less", [cols, tokens], dtype=np.bool_)], dtype=np.bool_)], dtype=np.bool_)
+    hidden = b.op("Not", [b.op("Less", [cols, tokens], dtype=np.bool_)], dtype=np.bool_)
+    if causal:
+        hidden = b.op("Or", [b.op("Greater", [cols, at], dtype=np.bool_), hidden], dtype=np.bool_)
     if window > 0:
         if clamp:
             last = b.op("Sub", [tokens, np.array(1, np.int64)])

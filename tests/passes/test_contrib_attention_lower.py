@@ -198,15 +198,16 @@ def test_group_query_attention_first_prompt_matches_onnxruntime(dtype, layout, h
 @settings(max_examples=40, deadline=None)
 @given(dtype=st.sampled_from([np.float32, np.float16]), layout=st.sampled_from(HEAD_LAYOUTS), head=st.sampled_from([8, 16]),
        batch=st.integers(1, 3), cached=st.lists(st.integers(0, 6), min_size=3, max_size=3), static=st.integers(0, 3),
-       packed=st.booleans(), seed=st.integers(0, 50))
-def test_group_query_attention_decoding_matches_onnxruntime(dtype, layout, head, batch, cached, static, packed, seed):
+       packed=st.booleans(), bias=st.booleans(), seed=st.integers(0, 50))
+def test_group_query_attention_decoding_matches_onnxruntime(dtype, layout, head, batch, cached, static, packed, bias, seed):
     """One new token per entry after a ragged number of cached ones: a past buffer as long as the
-    longest (present one longer), or a static one longer than total_sequence_length (present as long)."""
+    longest (present one longer), or a static one longer than total_sequence_length (present as
+    long; attention_bias still [.., total_sequence_length])."""
     heads, kv_heads = layout
     tokens = [c + 1 for c in cached[:batch]]
     total = max(tokens)
     past = total - 1 + static if static else total - 1
-    _check_gqa(_gqa(dtype, batch, 1, heads, kv_heads, head, past, packed), dtype, tokens, total, seed)
+    _check_gqa(_gqa(dtype, batch, 1, heads, kv_heads, head, past, packed, bias=bias), dtype, tokens, total, seed)
 
 
 @settings(max_examples=25, deadline=None)
@@ -223,14 +224,15 @@ def test_group_query_attention_chunk_after_a_cache_matches_onnxruntime(dtype, la
 @settings(max_examples=30, deadline=None)
 @given(dtype=st.sampled_from([np.float32, np.float16]), layout=st.sampled_from(HEAD_LAYOUTS), decoding=st.booleans(),
        window=st.sampled_from([-1, 1, 2, 4]), softcap=st.sampled_from([0.0, 0.5, 3.0]), scale=st.sampled_from([None, 0.2]),
-       rotary=st.booleans(), interleaved=st.integers(0, 1), bias=st.booleans(), seed=st.integers(0, 50))
+       rotary=st.booleans(), interleaved=st.integers(0, 1), bias=st.booleans(), causal=st.integers(0, 1), seed=st.integers(0, 50))
 def test_group_query_attention_options_match_onnxruntime(dtype, layout, decoding, window, softcap, scale, rotary, interleaved,
-                                                         bias, seed):
-    """local_window_size, softcap, scale, do_rotary (cos/sin caches, interleaved or not), attention_bias."""
+                                                         bias, causal, seed):
+    """local_window_size, softcap, scale, do_rotary (cos/sin caches, interleaved or not), attention_bias, causal=0."""
     heads, kv_heads = layout
+    window = window if causal else -1  # onnxruntime: "local_window_size must be -1 when causal is 0"
     batch, seq, tokens = (2, 1, [5, 3]) if decoding else (2, 4, [4, 2])
     total = max(tokens)
-    attrs = {"local_window_size": window, "softcap": softcap, "rotary_interleaved": interleaved}
+    attrs = {"local_window_size": window, "softcap": softcap, "rotary_interleaved": interleaved, "causal": causal}
     if scale is not None:
         attrs["scale"] = scale
     m = _gqa(dtype, batch, seq, heads, kv_heads, 16, total - 1 if decoding else None, rotary=rotary, bias=bias, **attrs)
@@ -238,7 +240,7 @@ def test_group_query_attention_options_match_onnxruntime(dtype, layout, decoding
 
 
 @pytest.mark.parametrize("attrs,reason", [({"sliding_window_cache": 1, "local_window_size": 4}, "sliding_window_cache"),
-                                          ({"causal": 0}, "causal=0"), ({"smooth_softmax": 1}, "smooth_softmax"),
+                                          ({"qk_output": 1}, "qk_output"), ({"smooth_softmax": 1}, "smooth_softmax"),
                                           ({"k_quant_type": "PER_TENSOR"}, "k_quant_type")])
 def test_group_query_attention_forms_not_reproduced_are_findings(attrs, reason):
     result = passes.get(PASS).apply(_gqa(np.float32, 1, 1, 4, 2, 16, 3, **attrs))
