@@ -43,7 +43,10 @@ Llama/Mistral/Qwen/Phi decoders; schema and measured behaviour of onnxruntime 1.
   there), built with one GatherElements and a Where; attention reads the first
   ``total_sequence_length`` rows.
 * ``do_rotary``: Q and the new K rotated at their positions by ``cos_cache``/``sin_cache``
-  (``rotary_interleaved``, a partial rotary dim from the caches' width), before the cache;
+  (``rotary_interleaved``, a partial rotary dim from the caches' width), before the cache; a
+  ``position_ids`` input gives the positions after the first prompt, and in it (S =
+  ``total_sequence_length``) only ``position_ids[0, 0]`` counts: ``position_ids[0, 0] + s`` for
+  every entry (measured);
   ``scale``, ``softcap`` (``softcap * tanh(scores / softcap)``), then ``attention_bias``.
 * A padded prompt row (s >= T[b]) has no specified output; the lowering reproduces the CPU
   kernel's two code paths (float32 without softcap ends its window at s and writes zeros where
@@ -61,8 +64,8 @@ output, ``past_sequence_length``/``cache_indirection``; Attention's ``do_rotary`
 whose shape is not static, non-float inputs. GroupQueryAttention:
 ``sliding_window_cache`` (a window-sized cache evicting internally), ``smooth_softmax``/``head_sink``,
 a quantized KV cache (``k_scale``/``v_scale``, ``k_quant_type``/``v_quant_type``, int8/uint8/fp8
-past), ``q_norm_weight``/``k_norm_weight``, ``query_seqlens``, a ``position_ids`` input, the
-``output_qk`` output (``qk_output``); onnxruntime's CPU kernel wants a head size that is a multiple
+past), ``q_norm_weight``/``k_norm_weight``, ``query_seqlens``, the ``output_qk`` output
+(``qk_output``), bfloat16; onnxruntime's CPU kernel wants a head size that is a multiple
 of 8 (16 with rotary), so no other head size was measured.
 """
 
@@ -202,7 +205,7 @@ def _multi_head(node: gs.Node, ctx: Context) -> None:
 
 
 #: GroupQueryAttention's inputs past the ones lowered, by index: what each one is.
-_GQA_REFUSED_INPUTS = {9: "a position_ids input", 11: "head_sink", 12: "k_scale (a quantized KV cache)",
+_GQA_REFUSED_INPUTS = {11: "head_sink", 12: "k_scale (a quantized KV cache)",
                        13: "v_scale (a quantized KV cache)", 14: "q_norm_weight", 15: "k_norm_weight",
                        16: "query_seqlens (right-padded query chunks)"}
 
@@ -294,15 +297,22 @@ def _group_query(node: gs.Node, ctx: Context) -> None:
     tokens = b.op("Add", [seqlens, np.array(1, np.int64)])
     q_len = b.slice(b.shape(q), [2], [3], [0])
     cached = b.max(b.op("Sub", [tokens, q_len]), np.array(0, np.int64))
-    positions = b.op("Add", [b.unsqueeze(cached, [1]), b.unsqueeze(b.op("Range", [np.array(0, np.int64), b.squeeze(q_len, [0]),
-                                                                                    np.array(1, np.int64)]), [0])])  # [B, S]
+    cached_rows = b.unsqueeze(cached, [1])
+    positions = b.op("Add", [cached_rows, b.unsqueeze(b.op("Range", [np.array(0, np.int64), b.squeeze(q_len, [0]),
+                                                                    np.array(1, np.int64)]), [0])])  # [B, S]
     if int(attrs.get("do_rotary", 0)):
+        position_ids, rotary_at = optional_input(node, 9), positions
+        if position_ids is not None:  # the first prompt (S = total) reads position_ids[0, 0] + s (measured)
+            position_ids = b.cast(position_ids, np.int64)
+            start = b.op("Add", [b.slice(position_ids, [0, 0], [1, 1], [0, 1]), b.op("Sub", [positions, cached_rows])])
+            first = b.op("Equal", [q_len, total], dtype=np.bool_)
+            rotary_at = b.op("Where", [first, start, position_ids])
         cos, sin = optional_input(node, 7), optional_input(node, 8)
         half = cos.shape[1] if cos is not None and cos.shape is not None and len(cos.shape) == 2 else None
         if sin is None or not isinstance(half, (int, np.integer)):
             raise Skip("do_rotary=1 without cos_cache/sin_cache of static shape [max_len, rotary_dim / 2]")
         interleaved = bool(attrs.get("rotary_interleaved", 0))
-        q, k = (rotate_heads(b, t, head, cos, sin, positions, 2 * int(half), interleaved, dtype, 1) for t in (q, k))
+        q, k = (rotate_heads(b, t, head, cos, sin, rotary_at, 2 * int(half), interleaved, dtype, 1) for t in (q, k))
     if past_key is not None:  # the present buffer is max(past buffer, total) long (a shared/static cache when past is longer)
         length = b.max(b.slice(b.shape(past_key), [2], [3], [0]), total)
         k, v = (_cache(b, past, new, cached, q_len, length, kv_heads, head, dtype) for past, new in ((past_key, k), (past_value, v)))

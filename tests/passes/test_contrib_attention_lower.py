@@ -140,10 +140,11 @@ def test_multi_head_attention_matches_onnxruntime(dtype, batch, seq, cross, mask
     assert all(n.domain != "com.microsoft" for n in result.model.graph.node)
 
 
-def _gqa(dtype, batch, seq, heads, kv_heads, head, past, packed=False, rotary=False, bias=False, **attrs):
+def _gqa(dtype, batch, seq, heads, kv_heads, head, past, packed=False, rotary=False, bias=False, position_ids=False, **attrs):
     """GroupQueryAttention over [batch, seq] new tokens; ``past`` the past buffers' length (None: none)."""
     names = ["q", "" if packed else "k", "" if packed else "v", "pk" if past is not None else "", "pv" if past is not None else "",
-             "seqlens_k", "total", "cos" if rotary else "", "sin" if rotary else "", "", "bias" if bias else ""]
+             "seqlens_k", "total", "cos" if rotary else "", "sin" if rotary else "", "pos" if position_ids else "",
+             "bias" if bias else ""]
     while names[-1] == "":
         names.pop()
     width = (heads + 2 * kv_heads) * head if packed else heads * head
@@ -153,6 +154,7 @@ def _gqa(dtype, batch, seq, heads, kv_heads, head, past, packed=False, rotary=Fa
     if past is not None:
         ins += [vi(n, dtype, [batch, kv_heads, past, head]) for n in ("pk", "pv")]
     ins += [vi("seqlens_k", np.int32, [batch]), vi("total", np.int32, [])]
+    ins += [vi("pos", np.int64, [batch, seq])] if position_ids else []
     ins += [vi("bias", dtype, [batch, heads, seq, "T"])] if bias else []
     outs = ["y", "present_key", "present_value"]
     node = ms("GroupQueryAttention", names, outs, num_heads=heads, kv_num_heads=kv_heads, do_rotary=int(rotary), **attrs)
@@ -171,6 +173,8 @@ def _gqa_feeds(m, dtype, tokens, total, seed):
         dims = [d.dim_value if d.HasField("dim_value") else total for d in i.type.tensor_type.shape.dim]
         feeds[i.name] = floats(dims, dtype, seed + len(feeds))
     feeds["seqlens_k"] = np.asarray(tokens, np.int32) - 1
+    if "pos" in feeds:  # any positions inside the caches' 64 rows
+        feeds["pos"] = np.random.default_rng(seed).integers(0, 64 - feeds["pos"].shape[1], feeds["pos"].shape)
     feeds["total"] = np.array(total, np.int32)
     return feeds
 
@@ -250,3 +254,14 @@ def test_group_query_attention_forms_not_reproduced_are_findings(attrs, reason):
 def test_group_query_attention_is_blocking_and_check_names_the_pass():
     m = _gqa(np.float32, 1, 1, 4, 2, 16, 3)
     assert [f.fix_pass for f in check_model(m, "8.6").findings if f.severity == "blocking"] == [PASS]
+
+
+@settings(max_examples=30, deadline=None)
+@given(dtype=st.sampled_from([np.float32, np.float16]), case=st.sampled_from(["prompt", "padded", "decode", "static", "chunk", "one"]),
+       seed=st.integers(0, 50))
+def test_group_query_attention_position_ids_match_onnxruntime(dtype, case, seed):
+    """do_rotary with a position_ids input: after the first prompt each row's own position; in the
+    first prompt (S = total_sequence_length) position_ids[0, 0] + s for every entry (measured)."""
+    batch, seq, tokens, past = {"prompt": (2, 4, [4, 4], None), "padded": (2, 4, [4, 2], None), "decode": (2, 1, [5, 3], 4),
+                                "static": (2, 1, [5, 2], 9), "chunk": (1, 3, [6], 3), "one": (2, 1, [1, 1], 6)}[case]
+    _check_gqa(_gqa(dtype, batch, seq, 4, 2, 16, past, rotary=True, position_ids=True), dtype, tokens, max(tokens), seed)
