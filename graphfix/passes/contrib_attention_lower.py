@@ -280,6 +280,8 @@ def _cache(b: Builder, past: gs.Tensor, new: gs.Tensor, cached: gs.Tensor, q_len
 def _group_query(node: gs.Node, ctx: Context) -> None:
     """GroupQueryAttention: Q/K/V (or packed QKV), optional past buffers, seqlens_k, total length."""
     _gqa_refusals(node, ctx)
+    if ctx.opset < 11:
+        raise Skip(f"opset {ctx.opset} has no Range (11)")
     attrs, b = node.attrs, ctx.builder
     dtype = float_type(node, 0, 1, 2, 3, 7)
     heads, kv_heads = int(attrs.get("num_heads", 0)), int(attrs.get("kv_num_heads", 0))
