@@ -171,8 +171,9 @@ def _dims_mismatch(node: gs.Node, ctx: Context) -> str | None:
         if differ else None
 
 
-_IF_FIX = ("make both branches return the same shape (Reshape/Unsqueeze the shorter branch's output inside it), or "
-           "decide the branch at export time (a static shape, a Python-level condition) so the If folds; "
+_IF_FIX = ("decide the If before TensorRT: graphfix --set-input NAME=VALUE for a condition a flag or a sample rate gives, "
+           "--fix-shapes NAME:dims for one a dynamic length gives (then if-inline folds it); or make both branches return "
+           "the same shape (Reshape/Unsqueeze the shorter branch's output inside it), or decide the branch at export time; "
            "merged decoders: export the with-past and without-past decoders as separate models")
 
 
