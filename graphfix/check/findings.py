@@ -374,7 +374,10 @@ def _restriction_findings(node: gs.Node, release: support.Release, ctx: Context)
     op = node.op
     if op == "Squeeze" and len(node.inputs) == 1 and "axes" not in node.attrs and node.inputs[0].shape is not None \
             and any(not isinstance(d, int) for d in node.inputs[0].shape):
-        yield _finding(node, BLOCKING, "Squeeze without axes on a dynamic shape", "squeeze-without-axes-dynamic")
+        finding = _finding(node, BLOCKING, "Squeeze without axes on a dynamic shape", "squeeze-without-axes-dynamic")
+        finding.upstream = ("give the Squeeze its axes in the export (which axes it drops is decided at run time here), "
+                            "or fix the input sizes with --fix-shapes NAME:dims so the squeezed dims are known")
+        yield finding
     if op == "NonZero":
         yield _finding(node, WARNING, "output shape is data-dependent: downstream layers must accept a dynamic first dim", "nonzero-data-dependent-shape")
     if op == "Gelu" and node.attrs.get("approximate", "none") not in ("none", "tanh"):

@@ -20,7 +20,7 @@ def onnx_domain(node: gs.Node, ctx: Context) -> bool:
 
 def float_dtype(x: gs.Tensor, op: str) -> np.dtype:
     """``x``'s float dtype, or Skip (unknown, or one numpy has no constants of: bfloat16)."""
-    dtype = tensor_dtype(x)
+    dtype = tensor_dtype(x) or through_producers(x)
     if dtype is None or dtype.kind != "f":
         raise Skip(f"input type of {op} is unknown or not a numpy float (run shape inference upstream; bfloat16 is left as is)")
     return dtype
@@ -30,3 +30,22 @@ def swish(b: Builder, x: gs.Tensor, alpha: float, dtype: np.dtype) -> gs.Tensor:
     """``x * Sigmoid(alpha * x)`` in ``dtype`` (the ONNX Swish function body)."""
     gate = x if alpha == 1.0 else b.op("Mul", [b.const(np.array(alpha, dtype), hint="alpha"), x], dtype=dtype)
     return b.op("Mul", [x, b.op("Sigmoid", [gate], dtype=dtype)], dtype=dtype)
+
+
+#: Ops whose float output has their float inputs' type (a MatMul after a contrib op: its weight says it).
+_SAME_TYPE = frozenset({"MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Conv", "Transpose", "Reshape", "Identity", "Relu",
+                        "Sigmoid", "Tanh", "Erf", "Softmax", "Neg"})
+
+
+def through_producers(t: gs.Tensor, depth: int = 4) -> np.dtype | None:
+    """The float type of an untyped tensor from the typed inputs of the ops that made it (a few steps up)."""
+    for _ in range(depth):
+        producer = t.inputs[0] if isinstance(t, gs.Variable) and t.inputs else None
+        if producer is None or producer.op not in _SAME_TYPE:
+            return None
+        for i in producer.inputs:
+            dtype = tensor_dtype(i) if i.name else None
+            if dtype is not None and dtype.kind == "f":
+                return dtype
+        t = producer.inputs[0]
+    return None
