@@ -310,6 +310,8 @@ def _pad(graph: _Graph, facts: DimFacts, sym: str, node: onnx.NodeProto, rank: i
     if ax not in axes:
         return [(node.output[0], ax, offset)]
     k = axes.index(ax)
+    if len(pads) != 2 * len(axes):  # a malformed Pad (onnxruntime refuses it): nothing to read
+        return []
     begin, end = pads[k], pads[k + len(axes)]
     mode = _attr(node, "mode", b"constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
