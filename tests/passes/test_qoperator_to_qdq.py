@@ -23,9 +23,14 @@ def _t(name, value):
     return numpy_helper.from_array(np.asarray(value), name)
 
 
-def _qparams(rng, prefix, qtype, size=1):
+def _qparams(rng, prefix, qtype, size=1, symmetric=True):
+    """Scale and zero point: TensorRT's symmetric ones (INT8 0, UINT8 128: what the pass rewrites)
+    or, with ``symmetric=False``, any."""
     lo, hi = np.iinfo(qtype).min, np.iinfo(qtype).max
-    zero = np.zeros(size, qtype) if qtype == np.int8 and rng.random() < 0.5 else rng.integers(lo // 2, hi // 2 + 1, size).astype(qtype)
+    if symmetric:
+        zero = np.full(size, 0 if qtype == np.int8 else 128, qtype)
+    else:
+        zero = rng.integers(lo // 2, hi // 2 + 1, size).astype(qtype)
     scale = rng.uniform(0.01, 0.1, size).astype(np.float32)
     if size == 1:
         zero, scale = zero.reshape(()), scale.reshape(())
@@ -123,3 +128,16 @@ def test_check_names_the_pass_and_auto_writes_qdq(trt):
     result = graphfix.fix(m, "auto", trt=trt)
     assert result.report.status == "ok"
     assert sorted({n.op_type for n in result.model.graph.node}) == ["DequantizeLinear", "MatMul", "QuantizeLinear"]
+
+
+def test_asymmetric_zero_points_are_left_for_checks_remedy():
+    """A zero point other than 0 (INT8) or 128 (UINT8) has no exact Q/DQ form TensorRT reads."""
+    rng = np.random.default_rng(1)
+    inits = _qparams(rng, "a", np.uint8, symmetric=False) + [_t("b", _qdata(rng, [5, 3], np.int8)),
+                                                              _t("b_scale", np.float32(0.05)), _t("b_zero", np.int8(0))]
+    inits += _qparams(rng, "y", np.uint8, symmetric=False)
+    node = helper.make_node("QLinearMatMul", ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale", "y_zero"], ["y"])
+    m = ms_model([node], [vi("a", np.uint8, [2, 5])], [vi("y", np.uint8, [2, 3])], inits, opset=13)
+    assert passes.get(PASS).apply(m).matched == 0
+    (finding,) = [f for f in check_model(m, "10.1").findings if f.severity == "blocking"]
+    assert finding.fix_pass is None and "QDQ" in finding.upstream
