@@ -273,11 +273,8 @@ def _findings_of(node: gs.Node, release: support.Release, ctx: Context, origins:
         unknown = support.unknown_for(node.op, release)
         if unknown:
             message += f" ({unknown}; taken as no importer)"
-        finding = _finding(node, BLOCKING, message, NOT_SUPPORTED_IDS.get(node.op, "unsupported-op-plugin-fallback-generic"),
-                           fixer, rule="no-importer", evidence=source, certain=unknown is None)
-        if fixer is None and node.op in NO_REWRITE:  # the message is the change to make
-            finding.upstream = NO_REWRITE[node.op]
-        yield finding
+        yield _finding(node, BLOCKING, message, NOT_SUPPORTED_IDS.get(node.op, "unsupported-op-plugin-fallback-generic"),
+                       fixer, rule="no-importer", evidence=source, certain=unknown is None)
         return
     claims = list(_pass_claims(node, ctx))
     yield from claims
