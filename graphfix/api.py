@@ -124,6 +124,8 @@ def fix(
     simplify: bool = False,
     max_memory: str | int = DEFAULT_MAX_MEMORY,
     timeout: float | None = None,
+    requantize_symmetric: bool = False,
+    dequantize_dynamic: bool = False,
 ) -> FixResult:
     """Run the pass pipeline on a model (path or ModelProto), verifying each pass on onnxruntime.
 
@@ -141,6 +143,10 @@ def fix(
     folds is folded; verified against the original at those shapes). ``simplify``: onnxsim first
     (``graphfix[simplify]``), verified and rolled back like a pass. ``max_memory`` (bytes, or
     ``"4G"``): candidate verification shapes whose run is estimated above it are not tried.
+    ``requantize_symmetric`` / ``dequantize_dynamic``: the opt-in rewrites that change results
+    (asymmetric Q/DQ made symmetric INT8; dynamic quantization made float), never run otherwise,
+    each kept only within its documented bound, its deviation per output in the report
+    (graphfix.pipeline.inexact, docs/verification.md).
     ``timeout``: seconds one onnxruntime step may take (graphfix.runtime.worker.DEFAULT_TIMEOUT
     when None).
     Bad settings, paths or inputs raise GraphfixError before any work; onnxruntime crashing or
@@ -182,6 +188,7 @@ def fix(
             iterations=iterations, input_shapes=_shape_sets(input_shapes),
             profile_shapes=_shape_sets(list(profile_shapes)), val_range=dict(val_range or {}), feeds=inputs,
             fix_shapes={k: tuple(int(d) for d in v) for k, v in (fix_shapes or {}).items()}, simplify=simplify,
+            requantize_symmetric=bool(requantize_symmetric), dequantize_dynamic=bool(dequantize_dynamic),
             max_memory=options.parse_memory(max_memory),
             base_dir=None if source is None else str(Path(source).resolve().parent),
         )

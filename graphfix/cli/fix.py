@@ -66,6 +66,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "constant (computed TopK K, Resize sizes, pads); verified against the original at those shapes")
     g.add_argument("--simplify", action="store_true",
                    help="run onnx-simplifier first (graphfix[simplify]), verified and rolled back like a pass")
+    q = p.add_argument_group("opt-in rewrites that change results (never run by --passes all/auto; docs/cli.md)")
+    q.add_argument("--requantize-symmetric", action="store_true",
+                   help="asymmetric INT8/UINT8 Q/DQ as symmetric INT8 (zero point 0) covering the same range; NOT exact: "
+                        "kept within 4 quantization steps per output, the report gives each output's deviation")
+    q.add_argument("--dequantize-dynamic", action="store_true",
+                   help="dynamic quantization (DynamicQuantizeLinear + MatMulInteger/ConvInteger, DynamicQuantizeLSTM) as "
+                        "float ops on the dequantized weights; NOT exact, and the model is then no longer quantized")
     v = p.add_argument_group("verification (onnxruntime, before vs after every pass)")
     v.add_argument("--no-verify", action="store_true", help="skip onnxruntime verification (passes are then kept unverified)")
     v.add_argument("--verify-each", action="store_true", help="check pass by pass (one session per changed pass; for debugging)")
@@ -237,6 +244,7 @@ def fix_one(args: argparse.Namespace) -> int:
             profile_shapes=_profile_sets(args), progress=status,
             val_range=val_range, inputs=args.load_inputs, fix_shapes=parse_input_shapes(args.fix_shapes),
             simplify=args.simplify, max_memory=args.max_memory, timeout=args.timeout,
+            requantize_symmetric=args.requantize_symmetric, dequantize_dynamic=args.dequantize_dynamic,
         )
     except BaseException:
         if status is not None:

@@ -149,6 +149,10 @@ class Pass:
     doc: str = ""
     #: What ``--force NAME`` rewrites (default: every node with any rule's pattern).
     forced: Predicate | None = None
+    #: False for a rewrite that changes results by design (re-quantizing, dequantizing): it is
+    #: never in ``PIPELINE``, so ``all``/``auto``/a pass list never run it; only its own run
+    #: option does, as a whole-model step judged by a documented bound (graphfix.passes.OPT_IN).
+    exact: bool = True
 
     # ------------------------------------------------------------ declaration, derived
     @cached_property

@@ -48,6 +48,11 @@ def choose_passes(model: onnx.ModelProto, settings: Settings, before=None) -> li
         return [p for p in registry.select("all", settings.skip) if p.name in wanted]
     if not isinstance(names, str) and any(isinstance(n, Pass) for n in names):
         custom = [n if isinstance(n, Pass) else registry.get(n) for n in names]
+        inexact = [p.name for p in custom if not p.exact]
+        if inexact:  # the pipeline's verification would undo it; graphfix's own run through their options
+            raise GraphfixError(f"pass {inexact[0]} is not exact (Pass.exact False) and cannot run in a pass list; "
+                                "graphfix's opt-in rewrites run through their own options (--requantize-symmetric, "
+                                "--dequantize-dynamic)")
         return [p for p in custom if p.name not in settings.skip]  # your own list runs as given
     return registry.select(names, settings.skip)
 

@@ -46,6 +46,10 @@ class Settings:
     fix_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     #: --simplify: onnxsim first, verified and rolled back like a pass (needs graphfix[simplify])
     simplify: bool = False
+    #: --dequantize-dynamic / --requantize-symmetric: the opt-in rewrites that change results
+    #: (graphfix.passes.OPT_IN), each a step judged by its own bound (graphfix.pipeline.inexact)
+    dequantize_dynamic: bool = False
+    requantize_symmetric: bool = False
     val_range: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: --max-memory: the estimated peak bytes of one run at a candidate verification shape
     max_memory: int = shapes_mod.DEFAULT_MAX_MEMORY
@@ -72,6 +76,7 @@ class Settings:
             "seed": self.seed, "iterations": self.iterations,
             "input_shapes": [{k: list(v) for k, v in s.items()} for s in self.input_shapes],
             "fix_shapes": {k: list(v) for k, v in self.fix_shapes.items()}, "simplify": self.simplify,
+            "dequantize_dynamic": self.dequantize_dynamic, "requantize_symmetric": self.requantize_symmetric,
             "val_range": {k: list(v) for k, v in self.val_range.items()}, "max_memory": self.max_memory,
         }
 
