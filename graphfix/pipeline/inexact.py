@@ -42,7 +42,7 @@ from graphfix.verify import sessions as sessions_mod
 #: re-quantized tensor rounds to a step up to about twice its old one (half a new step), and the
 #: rounding of the tensors before it arrives through the layers: a three-layer MLP of
 #: onnxruntime's asymmetric UINT8 moved by up to 2.8 steps on random inputs, a small CNN by 1.
-MAX_STEPS = 4.0
+MAX_STEPS = 8.0
 #: The most a float output (no scale to count steps in) may move, as a fraction of its peak
 #: magnitude over the verification inputs: 8-bit rounding is 1/255 of a range (0.4 %); dynamic
 #: quantization's fixtures moved by 0.2 % (CNN), 0.5 % (MLP), 0.9 % (LSTM).
