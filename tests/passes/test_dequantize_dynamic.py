@@ -1,0 +1,81 @@
+"""dequantize-dynamic (opt-in, not exact): onnxruntime's dynamic quantization chains as the float
+op on the dequantized weights; run only by its option, kept within its bound with the deviation
+reported, and the report says the model is no longer quantized."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import graphfix
+from graphfix import passes
+from graphfix.errors import GraphfixError
+from graphfix.pipeline import inexact
+from tests.helpers.support import ort_run
+
+NAME = "dequantize-dynamic"
+
+
+def _t(name, value):
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def _model(conv=False):
+    """What quantize_dynamic writes: DynamicQuantizeLinear -> MatMulInteger/ConvInteger -> Cast -> Mul(x_scale * w_scale)."""
+    rng = np.random.default_rng(0)
+    shape = (3, 2, 3, 3) if conv else (8, 4)
+    inits = [_t("w", rng.integers(-127, 128, shape).astype(np.int8)), _t("ws", np.float32(0.01)), _t("wz", np.int8(0))]
+    integer = helper.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["acc"], pads=[1, 1, 1, 1]) if conv else \
+        helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"])
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xscale", "xz"]),
+             helper.make_node("Mul", ["xscale", "ws"], ["scales"]), integer,
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["accf", "scales"], ["y"])]
+    x_shape, y_shape = ([1, 2, 5, 5], [1, 3, 5, 5]) if conv else ([2, 8], [2, 4])
+    graph = helper.make_graph(nodes, "dynamic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+@pytest.mark.parametrize("conv", [False, True])
+def test_the_chain_becomes_the_float_op_on_dequantized_weights(conv):
+    model = _model(conv)
+    result = passes.opt_in(NAME).apply(model)
+    ops = [n.op_type for n in result.model.graph.node]
+    assert result.rewritten == 1 and ops == ["Conv" if conv else "MatMul"]
+    x = {"x": np.random.default_rng(3).standard_normal([1, 2, 5, 5] if conv else [2, 8]).astype(np.float32)}
+    before, after = ort_run(model, x)[0], ort_run(result.model, x)[0]
+    assert 0 < np.abs(before - after).max() <= inexact.MAX_OF_PEAK * np.abs(before).max()  # the activation rounding, gone
+
+
+def test_a_chain_other_than_onnxruntimes_is_a_finding():
+    model = _model()
+    model.graph.node[3].attribute[0].i = TensorProto.DOUBLE  # Cast to double: not the scale chain
+    result = passes.opt_in(NAME).apply(model)
+    assert result.rewritten == 0 and "Cast to float" in result.findings[0].message
+
+
+def test_never_selected_by_all_or_a_pass_list():
+    assert NAME not in [p.name for p in passes.select("all")]
+    with pytest.raises(GraphfixError, match="--dequantize-dynamic"):
+        passes.get(NAME)
+    assert "MatMulInteger" in [n.op_type for n in graphfix.fix(_model(), passes="all").model.graph.node]
+
+
+def test_with_the_option_it_is_kept_reported_and_says_the_model_is_no_longer_quantized():
+    result = graphfix.fix(_model(), passes="all", dequantize_dynamic=True, trt="10.1")
+    record = next(p for p in result.report.passes if p.name == NAME)
+    assert record.verdict == "kept" and "% of its peak" in record.reason
+    assert 0 < record.outputs["y"]["of_peak"] <= inexact.MAX_OF_PEAK
+    assert any("no longer quantized" in n for n in result.report.notes)
+    assert [n.op_type for n in result.model.graph.node] == ["MatMul"]
+    assert result.report.trt["before"]["blocking"] > 0 and not result.report.blocking_left
+
+
+def test_beyond_the_bound_it_is_rolled_back(monkeypatch):
+    monkeypatch.setattr(inexact, "MAX_OF_PEAK", 1e-9)
+    result = graphfix.fix(_model(), passes="all", dequantize_dynamic=True)
+    record = next(p for p in result.report.passes if p.name == NAME)
+    assert record.verdict == "rolled-back" and "beyond the bound" in record.reason
+    assert "MatMulInteger" in [n.op_type for n in result.model.graph.node]
