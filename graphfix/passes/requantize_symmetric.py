@@ -1,5 +1,5 @@
-"""requantize-symmetric (opt-in, NOT exact): asymmetric INT8/UINT8 Q/DQ as symmetric INT8 Q/DQ
-with zero point 0 and a scale that covers the same real range.
+"""requantize-symmetric (opt-in, NOT exact): asymmetric INT8/UINT8 Q/DQ (and UINT8 Q/DQ with zero
+point 0) as symmetric INT8 Q/DQ with zero point 0 and a scale that covers the same real range.
 
 Why: every TensorRT release asserts a weights zero point of all zeros ("TensorRT only supports
 symmetric quantization", ``shiftIsAllZeros``, onnx-tensorrt QuantDequantLinearHelper,
@@ -54,10 +54,14 @@ def _known(t: gs.Tensor | None, ctx: Context) -> np.ndarray | None:
 
 
 def asymmetric(zero: np.ndarray | None) -> bool:
-    """An INT8/UINT8 zero point that is not all 0, other than UINT8's exact 128 (qdq-uint8-to-int8)."""
-    if zero is None or zero.dtype not in RANGES or not zero.any():
+    """What TensorRT refuses and only a re-quantization clears: an INT8 zero point that is not all 0,
+    a UINT8 one that is not all 128 (128 is qdq-uint8-to-int8's, exact; UINT8 with zero point 0,
+    a range [0, 255 s], is refused as UINT8 from 8.5 and read as INT8 before)."""
+    if zero is None or zero.dtype not in RANGES:
         return False
-    return not (zero.dtype == np.uint8 and bool((zero == 128).all()))
+    if zero.dtype == np.uint8:
+        return not bool((zero == 128).all())
+    return bool(zero.any())
 
 
 def symmetric_scale(scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
