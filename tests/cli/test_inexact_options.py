@@ -47,12 +47,17 @@ def test_requantize_symmetric_makes_asymmetric_quantization_symmetric_and_says_b
     assert zeros and all(not z.any() and z.dtype.name in ("int8", "int32") for z in zeros)
 
 
-def test_without_the_option_asymmetric_zero_points_are_written_as_they_were(tmp_path):
+def test_without_the_option_asymmetric_zero_points_stay_and_a_pass_list_cannot_name_it(tmp_path):
     dst = tmp_path / "out.onnx"
     done = _fix("ortquant_mlp_qdq_u8u8_asym.onnx", dst)
     assert "requantize-symmetric" not in done.stdout
     inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(dst)).graph.initializer}
     assert any(v.dtype.name == "uint8" and v.any() for v in inits.values())
+    listed = subprocess.run([sys.executable, "-m", "graphfix", "fix", str(REAL / "ortquant_mlp_qdq_u8u8_asym.onnx"),
+                             str(tmp_path / "listed.onnx"), "--passes", "qdq-uint8-to-int8,requantize-symmetric"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=_cap)
+    assert listed.returncode == 2 and "runs only with --requantize-symmetric" in listed.stderr
+    assert not (tmp_path / "listed.onnx").exists()
 
 
 @pytest.mark.parametrize("src", ["ortquant_lstm_dynamic_s8.onnx", "ortquant_cnn_dynamic_s8.onnx"])
