@@ -191,6 +191,25 @@ SAME_MEANING_AS_ONNX = frozenset({"Gelu"})
 
 
 def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:
+    """The node's findings; a blocking one no pass fixes names the opt-in rewrite that clears it, if any."""
+    findings = list(_findings_of(node, release, ctx, origins))
+    opt_in = _opt_in_remedy(node, ctx) if any(f.severity == BLOCKING and not f.fix_pass for f in findings) else ""
+    for f in findings:
+        if opt_in and f.severity == BLOCKING and not f.fix_pass:
+            f.upstream = f"{f.upstream}; or {opt_in}" if f.upstream else opt_in
+        yield f
+
+
+def _opt_in_remedy(node: gs.Node, ctx: Context) -> str:
+    """The remedy an opt-in rewrite offers for ``node`` (graphfix.passes.OPT_IN: not exact, so never a
+    finding's ``fix_pass``, which ``--passes auto`` would run), or ""."""
+    for module in passes.OPT_IN:
+        if module.clears(node, ctx):
+            return module.REMEDY
+    return ""
+
+
+def _findings_of(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:
     domain = node.domain or ""
     if domain == "org.pytorch.aten" and node.op == "ATen":
         yield _finding(node, BLOCKING, f"ATen fallback node ({node.attrs.get('operator', '?')}): no TensorRT release parses ATen",

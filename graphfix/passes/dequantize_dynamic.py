@@ -36,6 +36,11 @@ from graphfix.passes._contrib import MS_DOMAIN
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
 F32 = np.dtype(np.float32)
+#: What `graphfix check` says for these nodes (they have no exact rewrite).
+REMEDY = ("TensorRT has no run-time activation quantization: deploy the float model, or quantize it "
+          "statically (onnxruntime quantize_static with QuantFormat.QDQ and symmetric INT8, or NVIDIA ModelOpt); "
+          "`graphfix fix --dequantize-dynamic` writes the float computation on the dequantized weights (not exact: the "
+          "written model is no longer quantized)")
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 _LSTM_ATTRS = ("activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "input_forget")
 _ONNX_OPS = frozenset({"MatMulInteger", "ConvInteger"})
@@ -154,6 +159,14 @@ def _lstm(node: gs.Node, ctx: Context) -> None:
 def _dynamic(node: gs.Node, ctx: Context) -> bool:
     domain = node.domain or ""
     return node.op in (_MS_OPS if domain == MS_DOMAIN else _ONNX_OPS if domain in ("", "ai.onnx") else ())
+
+
+def clears(node: gs.Node, ctx: Context) -> bool:
+    """The rewrite removes ``node``: one it matches, or a DynamicQuantizeLinear read only by those (`graphfix check`'s remedy)."""
+    if node.op == "DynamicQuantizeLinear":
+        readers = [r for t in node.outputs for r in t.outputs]
+        return bool(readers) and all(r.op == "Mul" or _dynamic(r, ctx) for r in readers)
+    return _dynamic(node, ctx)
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:

@@ -39,6 +39,10 @@ from graphfix.graph.build import Skip
 from graphfix.passes.base import LIMIT, Context, Pass, Rule
 
 I8 = np.dtype(np.int8)
+#: What `graphfix check` adds to a blocking finding on such a Q/DQ (after the exact remedy: quantize
+#: symmetrically from the float model).
+REMEDY = ("`graphfix fix --requantize-symmetric` converts it to symmetric INT8 covering the same range (not exact: kept "
+          "within 8 quantization steps per output, the deviation reported)")
 #: The integer types whose zero points this rewrites, with their ranges.
 RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 _SOURCE = ("onnx-tensorrt QuantDequantLinearHelper: ASSERT(shiftIsAllZeros(zeroPoint)) 'TensorRT only supports symmetric "
@@ -88,6 +92,14 @@ def _asymmetric_qdq(node: gs.Node, ctx: Context) -> bool:
     """A QuantizeLinear, or a DequantizeLinear not fed by one (its Q's rewrite covers it), with a
     known asymmetric zero point."""
     return _quantization(node, ctx) is not None and (node.op == "QuantizeLinear" or not _reads_quantize(node))
+
+
+def clears(node: gs.Node, ctx: Context) -> bool:
+    """The rewrite makes ``node`` symmetric INT8 (`graphfix check`'s remedy): one it matches, or a
+    DequantizeLinear of an asymmetric QuantizeLinear's output."""
+    if _asymmetric_qdq(node, ctx):
+        return True
+    return node.op == "DequantizeLinear" and _reads_quantize(node) and _quantization(node.inputs[0].inputs[0], ctx) is not None
 
 
 def _along(values: np.ndarray, axis: int, rank: int) -> np.ndarray:

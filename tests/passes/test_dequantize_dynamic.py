@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphfix
 from graphfix import passes
+from graphfix.check.findings import check_model, passes_for
 from graphfix.errors import GraphfixError
 from graphfix.pipeline import inexact
 from tests.helpers.support import ort_run
@@ -79,3 +80,11 @@ def test_beyond_the_bound_it_is_rolled_back(monkeypatch):
     record = next(p for p in result.report.passes if p.name == NAME)
     assert record.verdict == "rolled-back" and "beyond the bound" in record.reason
     assert "MatMulInteger" in [n.op_type for n in result.model.graph.node]
+
+
+def test_check_names_the_opt_in_as_the_remedy_never_as_the_fixing_pass():
+    report = check_model(_model(), "10.1")
+    dynamic = [f for f in report.findings if f.op in ("DynamicQuantizeLinear", "MatMulInteger")]
+    assert len(dynamic) == 2 and all(f.severity == "blocking" and f.fix_pass is None for f in dynamic)
+    assert all("--dequantize-dynamic" in f.remedy and "no longer quantized" in f.remedy for f in dynamic)
+    assert NAME not in passes_for(report)
