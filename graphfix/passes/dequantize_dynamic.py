@@ -16,7 +16,9 @@ becomes ``MatMul(x, (Wq - w_zp) w_scale)``; ``ConvInteger`` the same ``Conv`` (i
 ``MatMulIntegerToFloat`` (A from a DynamicQuantizeLinear) and ``DynamicQuantizeMatMul`` a ``MatMul``
 plus their bias; ``DynamicQuantizeLSTM`` an ONNX ``LSTM`` whose W/R are the dequantized weights
 transposed back to ONNX's ``[directions, 4*hidden, input]`` (onnxruntime's quantizer stores them
-transposed: onnxruntime/quantization/operators/lstm.py). The weights keep their quantization
+transposed: onnxruntime/quantization/operators/lstm.py). quantize_dynamic's embeddings,
+``DequantizeLinear(Gather(Wq, ids))`` with a per-tensor scale, become ``Gather(W, ids)`` on the
+float weights (exact: the dequantization commutes with the lookup). The weights keep their quantization
 error; only the activations' run-time rounding is gone, so outputs differ from the quantized
 model by that rounding (the step reports it, graphfix.pipeline.inexact).
 
@@ -33,7 +35,7 @@ import onnx_graphsurgeon as gs
 from graphfix.graph import is_weights, optional_input, replace_tensor
 from graphfix.graph.build import Skip
 from graphfix.passes._contrib import MS_DOMAIN
-from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
+from graphfix.passes.base import LIMIT, NO_IMPORTER, Context, Pass, Rule
 
 F32 = np.dtype(np.float32)
 #: What `graphfix check` says for these nodes (they have no exact rewrite).
@@ -156,8 +158,31 @@ def _lstm(node: gs.Node, ctx: Context) -> None:
             replace_tensor(ctx.graph, old, new)
 
 
+def _gathered_weights(node: gs.Node, ctx: Context) -> bool:
+    """A DequantizeLinear of a Gather from constant 8-bit weights (quantize_dynamic's embeddings:
+    weight-only quantization) with a per-tensor constant scale."""
+    x = node.inputs[0]
+    gather = _producer(x, "Gather")
+    if node.op != "DequantizeLinear" or gather is None or not is_weights(gather.inputs[0], empty=False):
+        return False
+    weights, scale = ctx.folder.value(gather.inputs[0]), ctx.folder.value(node.inputs[1])
+    return weights is not None and np.asarray(weights).dtype in (np.int8, np.uint8) and scale is not None \
+        and np.asarray(scale).size == 1
+
+
+def _embedding(node: gs.Node, ctx: Context) -> None:
+    """DequantizeLinear(Gather(Wq, ids)) as Gather(dequantized W, ids): the same values (a per-tensor
+    dequantization commutes with the lookup), the weights float."""
+    b, gather = ctx.builder, node.inputs[0].inputs[0]
+    scale, zero = _known(node.inputs[1], ctx, "scale"), _zero(node, 2, ctx, "zero point")
+    weights = b.const(dequantized(_known(gather.inputs[0], ctx, "weights"), scale.reshape(()), zero.reshape(())), hint="weights")
+    replace_tensor(ctx.graph, node.outputs[0], b.op("Gather", [weights, gather.inputs[1]], dict(gather.attrs), dtype=F32))
+
+
 def _dynamic(node: gs.Node, ctx: Context) -> bool:
     domain = node.domain or ""
+    if node.op == "DequantizeLinear":
+        return domain in ("", "ai.onnx") and _gathered_weights(node, ctx)
     return node.op in (_MS_OPS if domain == MS_DOMAIN else _ONNX_OPS if domain in ("", "ai.onnx") else ())
 
 
@@ -172,6 +197,8 @@ def clears(node: gs.Node, ctx: Context) -> bool:
 def rewrite(node: gs.Node, ctx: Context) -> None:
     if node.op == "DynamicQuantizeLSTM":
         _lstm(node, ctx)
+    elif node.op == "DequantizeLinear":
+        _embedding(node, ctx)
     elif node.op in _ONNX_OPS:
         _integer(node, ctx)
     else:
@@ -181,14 +208,19 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 PASS = Pass(
     name="dequantize-dynamic",
     summary="Opt-in, not exact: dynamic quantization (DynamicQuantizeLinear + MatMulInteger/ConvInteger, DynamicQuantizeLSTM, "
-            "MatMulIntegerToFloat, DynamicQuantizeMatMul) as the float op on dequantized weights; no longer quantized.",
-    ops=_ONNX_OPS | _MS_OPS,
+            "MatMulIntegerToFloat, DynamicQuantizeMatMul, quantized Gather embeddings) as the float op on dequantized "
+            "weights; no longer quantized.",
+    ops=_ONNX_OPS | _MS_OPS | {"DequantizeLinear"},
     rules=(
         Rule(NO_IMPORTER, "all", "dynamic quantization: no TensorRT importer, and no run-time activation quantization",
-             _dynamic, error="unsupported-op-plugin-fallback-generic",
+             _dynamic, ops=_ONNX_OPS | _MS_OPS, error="unsupported-op-plugin-fallback-generic",
              evidence="graphfix/trt/data parser support (operator tables and importer sources 6.0..10.x): "
                       "MatMulInteger, ConvInteger, DynamicQuantizeLinear have no importer in any release; com.microsoft "
                       "ops have none either (onnx-tensorrt imports the ONNX domain only)"),
+        Rule(LIMIT, ">=8.0", "8-bit embedding dequantized after its Gather (weight-only quantization): UINT8 or a zero point "
+             "other than 0", _gathered_weights, ops=frozenset({"DequantizeLinear"}),
+             evidence="onnx-tensorrt QuantDequantLinearHelper: ASSERT(shiftIsAllZeros(zeroPoint)) 8.0-GA..10.1-GA, "
+                      "notInvalidType(... {\"UINT8\"}) from 8.5-GA"),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",

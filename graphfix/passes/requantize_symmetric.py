@@ -24,7 +24,9 @@ the layers after it.
 
 Left out (findings): UINT8 zero point 128 (qdq-uint8-to-int8 rewrites it exactly), a
 QuantizeLinear whose integer output is a graph output or is read by anything but a
-DequantizeLinear of the same scale and zero point (its integers are the model's interface),
+DequantizeLinear of the same scale and zero point, directly or through one op that only moves or
+selects integers (MaxPool, Reshape, Transpose, ...: those are re-typed INT8 with it; anything else
+reads the integers as integers, the model's interface),
 scales or zero points that are not constants, blocked quantization (``block_size``), per-channel
 activation quantization (a QuantizeLinear with a per-axis scale).
 """
@@ -83,9 +85,23 @@ def _quantization(node: gs.Node, ctx: Context) -> tuple[np.ndarray, np.ndarray] 
     return scale, zero
 
 
-def _reads_quantize(node: gs.Node) -> bool:
+#: Ops that move or select quantized integers without arithmetic (a QOperator model's UINT8 MaxPool
+#: between its Q and DQ): they commute with any nondecreasing requantization, so a QuantizeLinear
+#: reaches its DequantizeLinear through one of them unchanged.
+PASSTHROUGH = frozenset({"MaxPool", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def _source_quantize(node: gs.Node) -> gs.Node | None:
+    """The QuantizeLinear a DequantizeLinear reads, directly or through one :data:`PASSTHROUGH` op."""
     x = node.inputs[0]
-    return bool(x.inputs) and x.inputs[0].op == "QuantizeLinear"
+    producer = x.inputs[0] if x.inputs else None
+    if producer is not None and producer.op in PASSTHROUGH and producer.inputs and producer.inputs[0].inputs:
+        producer = producer.inputs[0].inputs[0]
+    return producer if producer is not None and producer.op == "QuantizeLinear" else None
+
+
+def _reads_quantize(node: gs.Node) -> bool:
+    return _source_quantize(node) is not None
 
 
 def _asymmetric_qdq(node: gs.Node, ctx: Context) -> bool:
@@ -99,7 +115,8 @@ def clears(node: gs.Node, ctx: Context) -> bool:
     DequantizeLinear of an asymmetric QuantizeLinear's output."""
     if _asymmetric_qdq(node, ctx):
         return True
-    return node.op == "DequantizeLinear" and _reads_quantize(node) and _quantization(node.inputs[0].inputs[0], ctx) is not None
+    source = _source_quantize(node) if node.op == "DequantizeLinear" else None
+    return source is not None and _quantization(source, ctx) is not None
 
 
 def _along(values: np.ndarray, axis: int, rank: int) -> np.ndarray:
@@ -164,23 +181,49 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
             "DequantizeLinear", [b.const(q, hint="symmetric_weights"), b.const(new_scale, hint="symmetric_scale"),
                                  b.const(_zeros(zero), hint="zero_point")], attrs, dtype=node.outputs[0].dtype))
         return
-    out = node.outputs[0]
-    readers = list(out.outputs)
-    if out in ctx.graph.outputs or not readers:
-        raise Skip("its integer output is a graph output: the model's interface keeps it")
-    for reader in readers:
-        theirs = _quantization(reader, ctx) if reader.op == "DequantizeLinear" and reader.inputs[0] is out else None
-        if theirs is None or not (np.array_equal(theirs[0], scale) and np.array_equal(theirs[1], zero)) \
-                or reader.attrs.get("axis", 1) != node.attrs.get("axis", 1):
-            raise Skip(f"its output is read by {reader.op} '{reader.name}', not only by DequantizeLinear of the same "
-                       "scale and zero point")
+    readers = _dequantizers(node, scale, zero, ctx)
     new_scale = b.const(symmetric_scale(scale, zero), hint="symmetric_scale")
     quantized = b.op("QuantizeLinear", [_saturated(node.inputs[0], scale, zero, ctx), new_scale,
                                         b.const(_zeros(zero), hint="zero_point")], attrs, dtype=I8)
-    for reader in readers:
+    moved = {}
+    for via, reader in readers:
+        source = quantized
+        if via is not None:
+            if id(via) not in moved:
+                moved[id(via)] = b.op(via.op, [quantized, *via.inputs[1:]], dict(via.attrs), dtype=I8)
+            source = moved[id(via)]
         replace_tensor(ctx.graph, reader.outputs[0], b.op(
-            "DequantizeLinear", [quantized, new_scale, b.const(_zeros(zero), hint="zero_point")], dict(reader.attrs),
+            "DequantizeLinear", [source, new_scale, b.const(_zeros(zero), hint="zero_point")], dict(reader.attrs),
             dtype=reader.outputs[0].dtype))
+
+
+def _dequantizers(node: gs.Node, scale: np.ndarray, zero: np.ndarray, ctx: Context) -> list[tuple[gs.Node | None, gs.Node]]:
+    """The DequantizeLinear nodes that read a QuantizeLinear's integers (each with the
+    :data:`PASSTHROUGH` op it reads them through, or None): all of them must have its scale and
+    zero point, or the integers are read as integers and are left as they are."""
+    found: list[tuple[gs.Node | None, gs.Node]] = []
+
+    def same(reader: gs.Node, t: gs.Tensor) -> bool:
+        theirs = _quantization(reader, ctx) if reader.op == "DequantizeLinear" and reader.inputs[0] is t else None
+        return theirs is not None and np.array_equal(theirs[0], scale) and np.array_equal(theirs[1], zero) \
+            and reader.attrs.get("axis", 1) == node.attrs.get("axis", 1)
+
+    out = node.outputs[0]
+    if out in ctx.graph.outputs or not out.outputs:
+        raise Skip("its integer output is a graph output: the model's interface keeps it")
+    for reader in out.outputs:
+        if same(reader, out):
+            found.append((None, reader))
+            continue
+        moved = reader.outputs[0] if reader.op in PASSTHROUGH and reader.inputs[0] is out else None
+        if moved is not None and moved not in ctx.graph.outputs and moved.outputs \
+                and all(not t.outputs and t not in ctx.graph.outputs for t in reader.outputs[1:]) \
+                and all(same(r, moved) for r in moved.outputs):
+            found += [(reader, r) for r in moved.outputs]
+            continue
+        raise Skip(f"its output is read by {reader.op} '{reader.name}', not only by DequantizeLinear of the same scale and "
+                   f"zero point (directly or through {'/'.join(sorted(PASSTHROUGH))})")
+    return found
 
 
 PASS = Pass(

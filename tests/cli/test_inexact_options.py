@@ -33,7 +33,8 @@ def _record(dst: Path, name: str) -> dict:
     return next(p for p in json.loads(dst.with_suffix(".json").read_text())["passes"] if p["name"] == name)
 
 
-@pytest.mark.parametrize("src", ["ortquant_mlp_qdq_u8u8_asym.onnx", "ortquant_cnn_qdq_u8u8_asym.onnx", "ortquant_mlp_qop_u8u8.onnx"])
+@pytest.mark.parametrize("src", ["ortquant_mlp_qdq_u8u8_asym.onnx", "ortquant_cnn_qdq_u8u8_asym.onnx", "ortquant_mlp_qop_u8u8.onnx",
+                                 "ortquant_cnn_qop_u8u8.onnx"])
 def test_requantize_symmetric_makes_asymmetric_quantization_symmetric_and_says_by_how_many_steps(src, tmp_path):
     dst = tmp_path / "out.onnx"
     done = _fix(src, dst, "--requantize-symmetric")
@@ -60,7 +61,7 @@ def test_without_the_option_asymmetric_zero_points_stay_and_a_pass_list_cannot_n
     assert not (tmp_path / "listed.onnx").exists()
 
 
-@pytest.mark.parametrize("src", ["ortquant_lstm_dynamic_s8.onnx", "ortquant_cnn_dynamic_s8.onnx"])
+@pytest.mark.parametrize("src", ["ortquant_lstm_dynamic_s8.onnx", "ortquant_cnn_dynamic_s8.onnx", "ortquant_bert_dynamic_u8.onnx"])
 def test_dequantize_dynamic_writes_a_float_model_the_target_accepts_and_says_so(src, tmp_path):
     dst = tmp_path / "out.onnx"
     assert _fix(src, tmp_path / "plain.onnx").returncode == 4  # dynamic quantization: no importer
@@ -69,4 +70,4 @@ def test_dequantize_dynamic_writes_a_float_model_the_target_accepts_and_says_so(
     assert "no longer quantized" in done.stdout and "% of its peak magnitude" in done.stdout
     assert _record(dst, "dequantize-dynamic")["verdict"] == "kept"
     ops = {n.op_type for n in onnx.load(str(dst)).graph.node}
-    assert not ops & {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeLSTM"}
+    assert not ops & {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeLSTM", "DequantizeLinear"}

@@ -88,3 +88,17 @@ def test_check_names_the_opt_in_as_the_remedy_never_as_the_fixing_pass():
     assert len(dynamic) == 2 and all(f.severity == "blocking" and f.fix_pass is None for f in dynamic)
     assert all("--dequantize-dynamic" in f.remedy and "no longer quantized" in f.remedy for f in dynamic)
     assert NAME not in passes_for(report)
+
+
+def test_a_quantized_embedding_lookup_becomes_a_float_gather_with_the_same_values():
+    """quantize_dynamic's embeddings: DequantizeLinear(Gather(UINT8 table, ids)), asymmetric."""
+    table = np.random.default_rng(5).integers(0, 256, (10, 4)).astype(np.uint8)
+    inits = [_t("table", table), _t("s", np.float32(0.05)), _t("z", np.uint8(122))]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["g"]), helper.make_node("DequantizeLinear", ["g", "s", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "embedding", [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+    result = passes.opt_in(NAME).apply(model)
+    assert result.rewritten == 1 and [n.op_type for n in result.model.graph.node] == ["Gather"]
+    ids = {"ids": np.array([0, 9, 4], np.int64)}
+    np.testing.assert_array_equal(ort_run(model, ids)[0], ort_run(result.model, ids)[0])

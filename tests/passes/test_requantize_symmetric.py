@@ -106,3 +106,20 @@ def test_beyond_the_bound_it_is_rolled_back_with_the_reason(monkeypatch):
     record = next(p for p in result.report.passes if p.name == NAME)
     assert record.verdict == "rolled-back" and "output y moved by" in record.reason and "beyond the bound" in record.reason
     assert any(z.any() for z in _zero_points(result.model))
+
+
+def test_a_maxpool_between_quantize_and_dequantize_is_retyped_with_them():
+    """A QOperator model lowered to QDQ keeps its UINT8 MaxPool between the Q and the DQ."""
+    inits = [_t("s", np.float32(0.02)), _t("z", np.uint8(30))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("MaxPool", ["q"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("DequantizeLinear", ["p", "s", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 2, 2])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+    result = passes.opt_in(NAME).apply(model)
+    assert result.rewritten == 1 and not result.findings
+    assert all(z.dtype == np.int8 and not z.any() for z in _zero_points(result.model))
+    x = {"x": np.random.default_rng(4).uniform(-1, 5, (1, 2, 4, 4)).astype(np.float32)}
+    step = float(rq.symmetric_scale(np.float32(0.02), np.uint8(30)))
+    assert np.abs(ort_run(model, x)[0] - ort_run(result.model, x)[0]).max() <= step
