@@ -82,6 +82,8 @@ class CheckFinding:
     upstream: str = ""
     #: For a shape tensor computed from data: which input of ``node`` reads it.
     shape_input: int | None = None
+    #: The run option of an opt-in rewrite that clears it (not exact: never ``fix_pass``), or "".
+    opt_in: str = ""
 
     @property
     def remedy(self) -> str:
@@ -193,20 +195,18 @@ SAME_MEANING_AS_ONNX = frozenset({"Gelu"})
 def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:
     """The node's findings; a blocking one no pass fixes names the opt-in rewrite that clears it, if any."""
     findings = list(_findings_of(node, release, ctx, origins))
-    opt_in = _opt_in_remedy(node, ctx) if any(f.severity == BLOCKING and not f.fix_pass for f in findings) else ""
+    opt_in = _opt_in(node, ctx) if any(f.severity == BLOCKING and not f.fix_pass for f in findings) else None
     for f in findings:
-        if opt_in and f.severity == BLOCKING and not f.fix_pass:
-            f.upstream = f"{f.upstream}; or {opt_in}" if f.upstream else opt_in
+        if opt_in is not None and f.severity == BLOCKING and not f.fix_pass:
+            f.upstream = f"{f.upstream}; or {opt_in.REMEDY}" if f.upstream else opt_in.REMEDY
+            f.opt_in = f"--{opt_in.PASS.name}"
         yield f
 
 
-def _opt_in_remedy(node: gs.Node, ctx: Context) -> str:
-    """The remedy an opt-in rewrite offers for ``node`` (graphfix.passes.OPT_IN: not exact, so never a
-    finding's ``fix_pass``, which ``--passes auto`` would run), or ""."""
-    for module in passes.OPT_IN:
-        if module.clears(node, ctx):
-            return module.REMEDY
-    return ""
+def _opt_in(node: gs.Node, ctx: Context):
+    """The opt-in rewrite's module that clears ``node`` (graphfix.passes.OPT_IN: not exact, so never a
+    finding's ``fix_pass``, which ``--passes auto`` would run), or None."""
+    return next((module for module in passes.OPT_IN if module.clears(node, ctx)), None)
 
 
 def _findings_of(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:

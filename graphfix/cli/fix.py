@@ -345,6 +345,10 @@ def blocked_summary(report: model_mod.Report) -> list[str]:
     if without:
         lines.append(f"  {len(without)} finding(s) have no graphfix rewrite; `graphfix check {report.output} --trt "
                      f"{report.trt['version']}` says what to change upstream for each")
+        options = sorted({f["opt_in"] for f in without if f.get("opt_in")})
+        if options:
+            lines.append(f"  {sum(bool(f.get('opt_in')) for f in without)} of them clear with an opt-in rewrite that changes "
+                         f"results: {', '.join(options)} (not exact; docs/cli.md says what it costs)")
     return lines
 
 

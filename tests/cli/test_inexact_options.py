@@ -64,7 +64,9 @@ def test_without_the_option_asymmetric_zero_points_stay_and_a_pass_list_cannot_n
 @pytest.mark.parametrize("src", ["ortquant_lstm_dynamic_s8.onnx", "ortquant_cnn_dynamic_s8.onnx", "ortquant_bert_dynamic_u8.onnx"])
 def test_dequantize_dynamic_writes_a_float_model_the_target_accepts_and_says_so(src, tmp_path):
     dst = tmp_path / "out.onnx"
-    assert _fix(src, tmp_path / "plain.onnx").returncode == 4  # dynamic quantization: no importer
+    plain = _fix(src, tmp_path / "plain.onnx")
+    assert plain.returncode == 4  # dynamic quantization: no importer; the opt-in is named as the remedy
+    assert "clear with an opt-in rewrite that changes results: --dequantize-dynamic" in plain.stdout + plain.stderr
     done = _fix(src, dst, "--dequantize-dynamic")
     assert done.returncode == 0, done.stderr + done.stdout
     assert "no longer quantized" in done.stdout and "% of its peak magnitude" in done.stdout
