@@ -4,6 +4,8 @@ the target then accepts is written (exit 0)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import resource
 import subprocess
@@ -13,6 +15,8 @@ from pathlib import Path
 import onnx
 import pytest
 from onnx import numpy_helper
+
+from graphfix.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "fixtures" / "real"
@@ -73,3 +77,14 @@ def test_dequantize_dynamic_writes_a_float_model_the_target_accepts_and_says_so(
     assert _record(dst, "dequantize-dynamic")["verdict"] == "kept"
     ops = {n.op_type for n in onnx.load(str(dst)).graph.node}
     assert not ops & {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeLSTM", "DequantizeLinear"}
+
+
+def test_the_pass_listing_shows_the_opt_in_rewrites_apart_with_their_option():
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["passes", "--json"]) == 0
+    listing = json.loads(buffer.getvalue())
+    opt_in = [r for r in listing if r.get("option")]
+    assert [r["name"] for r in opt_in] == ["dequantize-dynamic", "requantize-symmetric"]
+    assert all(r["exact"] is False and r["order"] is None for r in opt_in)
+    assert all(r.get("exact", True) for r in listing if not r.get("option"))
