@@ -33,7 +33,7 @@ from graphfix import passes as registry
 from graphfix.errors import GraphfixError, first_line
 from graphfix.onnxio.validate import passes_full_check
 from graphfix.pipeline.checks import _invalid
-from graphfix.pipeline.settings import Settings
+from graphfix.pipeline.settings import Settings, StrictFailure
 from graphfix.report.model import KEPT, ROLLED_BACK, UNCHANGED, UNVERIFIED, PassRecord, Report
 from graphfix.verify import compare as compare_mod
 from graphfix.verify import sessions as sessions_mod
@@ -102,8 +102,12 @@ def _step(p: registry.Pass, model: onnx.ModelProto, settings: Settings, report: 
         record.reason = "not exact, and not verified (--no-verify): how far its outputs moved was not measured"
     else:
         _judge(p.name, model, candidate, record, settings, counter, feeds())
+        if report.verification.startswith("none needed"):  # the passes rewrote nothing; this step was compared
+            report.verification = f"{p.name}'s own comparison (graphfix.pipeline.inexact); no pass rewrote anything"
     record.seconds = round(time.perf_counter() - t0, 4)
     if record.verdict == ROLLED_BACK:
+        if settings.strict:
+            raise StrictFailure(f"--strict: {p.name} {record.reason}")
         record.nodes_after = record.nodes_before
         return model
     if p.name == "dequantize-dynamic":

@@ -98,6 +98,7 @@ def test_with_the_option_it_is_kept_and_reports_the_deviation_in_steps():
     assert "not exact" in record.reason and "quantization step" in record.reason
     assert all(not z.any() for z in _zero_points(result.model))
     assert result.report.settings["requantize_symmetric"] is True
+    assert result.report.verification.startswith("requantize-symmetric's own comparison")  # no pass rewrote: sessions ran
 
 
 def test_beyond_the_bound_it_is_rolled_back_with_the_reason(monkeypatch):
@@ -123,3 +124,9 @@ def test_a_maxpool_between_quantize_and_dequantize_is_retyped_with_them():
     x = {"x": np.random.default_rng(4).uniform(-1, 5, (1, 2, 4, 4)).astype(np.float32)}
     step = float(rq.symmetric_scale(np.float32(0.02), np.uint8(30)))
     assert np.abs(ort_run(model, x)[0] - ort_run(result.model, x)[0]).max() <= step
+
+
+def test_strict_ends_the_run_instead_of_rolling_the_step_back(monkeypatch):
+    monkeypatch.setattr(inexact, "MAX_STEPS", 1e-6)
+    with pytest.raises(GraphfixError, match="--strict: requantize-symmetric rolled back"):
+        graphfix.fix(_model(), passes="all", requantize_symmetric=True, strict=True, val_range={"x": (-0.3, 4.7)})
