@@ -247,6 +247,6 @@ def deviation(reference: RunResults, candidate: RunResults, scales: dict[str, fl
             d.passed = d.passed and d.steps <= max_steps
         else:
             d.of_peak = d.max_abs / peaks[name] if peaks[name] else (0.0 if d.max_abs == 0 else float("inf"))
-            d.bound = f"<= {max_of_peak:g} of its peak {peaks[name]:.3g}"
+            d.bound = f"<= {100 * max_of_peak:g} % of its peak {peaks[name]:.3g}"
             d.passed = d.passed and d.of_peak <= max_of_peak
     return worst
