@@ -102,3 +102,29 @@ def test_a_quantized_embedding_lookup_becomes_a_float_gather_with_the_same_value
     assert result.rewritten == 1 and [n.op_type for n in result.model.graph.node] == ["Gather"]
     ids = {"ids": np.array([0, 9, 4], np.int64)}
     np.testing.assert_array_equal(ort_run(model, ids)[0], ort_run(result.model, ids)[0])
+
+
+def _contrib_model(fused: str):
+    """onnxruntime's fused forms: DynamicQuantizeMatMul (float A) and MatMulIntegerToFloat (A from a DynamicQuantizeLinear)."""
+    rng = np.random.default_rng(6)
+    inits = [_t("w", rng.integers(-127, 128, (8, 4)).astype(np.int8)), _t("ws", np.full(4, 0.01, np.float32)),
+             _t("wz", np.zeros(4, np.int8)), _t("bias", rng.standard_normal(4).astype(np.float32))]
+    if fused == "DynamicQuantizeMatMul":
+        nodes = [helper.make_node(fused, ["x", "w", "ws", "wz", "bias"], ["y"], domain="com.microsoft")]
+    else:
+        nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xscale", "xz"]),
+                 helper.make_node(fused, ["xq", "w", "xscale", "ws", "xz", "wz", "bias"], ["y"], domain="com.microsoft")]
+    graph = helper.make_graph(nodes, "fused", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=7)
+
+
+@pytest.mark.parametrize("fused", ["DynamicQuantizeMatMul", "MatMulIntegerToFloat"])
+def test_onnxruntimes_fused_forms_become_matmul_plus_bias(fused):
+    model = _contrib_model(fused)
+    result = passes.opt_in(NAME).apply(model)
+    assert result.rewritten == 1 and [n.op_type for n in result.model.graph.node] == ["MatMul", "Add"]
+    x = {"x": np.random.default_rng(7).standard_normal((2, 8)).astype(np.float32)}
+    before, after = ort_run(model, x)[0], ort_run(result.model, x)[0]
+    assert np.abs(before - after).max() <= inexact.MAX_OF_PEAK * np.abs(before).max()

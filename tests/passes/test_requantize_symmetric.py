@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import graphfix
@@ -130,3 +132,19 @@ def test_strict_ends_the_run_instead_of_rolling_the_step_back(monkeypatch):
     monkeypatch.setattr(inexact, "MAX_STEPS", 1e-6)
     with pytest.raises(GraphfixError, match="--strict: requantize-symmetric rolled back"):
         graphfix.fix(_model(), passes="all", requantize_symmetric=True, strict=True, val_range={"x": (-0.3, 4.7)})
+
+
+@settings(max_examples=25, deadline=None)
+@given(zero=st.integers(0, 255).filter(lambda z: z != 128), scale=st.floats(1e-3, 1.0), seed=st.integers(0, 1000))
+def test_one_requantized_pair_moves_a_value_by_at_most_one_new_step(zero, scale, seed):
+    """Within the original range, |old - new| <= s/2 + s'/2 <= s' (rounding to each grid); beyond it both saturate."""
+    inits = [_t("s", np.float32(scale)), _t("z", np.uint8(zero))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "pair", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+    fixed = passes.opt_in(NAME).apply(model).model
+    lo, hi = scale * (0 - zero), scale * (255 - zero)
+    x = {"x": np.random.default_rng(seed).uniform(1.5 * lo - scale, 1.5 * hi + scale, 64).astype(np.float32)}
+    step = float(rq.symmetric_scale(np.float32(scale), np.uint8(zero)))
+    assert np.abs(ort_run(model, x)[0] - ort_run(fixed, x)[0]).max() <= step * (1 + 1e-5)
