@@ -128,3 +128,27 @@ def test_onnxruntimes_fused_forms_become_matmul_plus_bias(fused):
     x = {"x": np.random.default_rng(7).standard_normal((2, 8)).astype(np.float32)}
     before, after = ort_run(model, x)[0], ort_run(result.model, x)[0]
     assert np.abs(before - after).max() <= inexact.MAX_OF_PEAK * np.abs(before).max()
+
+
+@pytest.mark.parametrize("direction,per_channel", [("forward", False), ("bidirectional", True)])
+def test_dynamic_quantize_lstm_becomes_lstm_on_the_weights_transposed_back(direction, per_channel):
+    """onnxruntime stores W/R transposed, [directions, input, 4*hidden], scales per direction or per column."""
+    rng = np.random.default_rng(8)
+    d, hidden, size = (2 if direction == "bidirectional" else 1), 3, 4
+    w, r = rng.integers(-127, 128, (d, size, 4 * hidden)).astype(np.int8), rng.integers(-127, 128, (d, hidden, 4 * hidden)).astype(np.int8)
+    shape = (d, 4 * hidden) if per_channel else (d,)
+    scale = lambda: rng.uniform(0.002, 0.01, shape).astype(np.float32)  # noqa: E731
+    inits = [_t("w", w), _t("r", r), _t("b", rng.standard_normal((d, 8 * hidden)).astype(np.float32) * 0.1),
+             _t("ws", scale()), _t("wz", np.zeros(shape, np.int8)), _t("rs", scale()), _t("rz", np.zeros(shape, np.int8))]
+    node = helper.make_node("DynamicQuantizeLSTM", ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"], ["y", "yh", "yc"],
+                            domain="com.microsoft", hidden_size=hidden, direction=direction)
+    graph = helper.make_graph([node], "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, d, 2, hidden]),
+                               helper.make_tensor_value_info("yc", TensorProto.FLOAT, [d, 2, hidden])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=7)
+    result = passes.opt_in(NAME).apply(model)
+    assert result.rewritten == 1 and [n.op_type for n in result.model.graph.node] == ["LSTM"]
+    x = {"x": rng.standard_normal((5, 2, size)).astype(np.float32)}
+    for before, after in zip(ort_run(model, x), ort_run(result.model, x), strict=True):
+        assert np.abs(before - after).max() <= inexact.MAX_OF_PEAK * np.abs(before).max()
