@@ -85,8 +85,9 @@ def test_never_selected_by_all_auto_or_a_pass_list():
         graphfix.fix(_model(), passes=[passes.opt_in(NAME)])
 
 
-def test_without_the_option_the_asymmetric_zero_points_stay():
-    result = graphfix.fix(_model(), passes="all")
+@pytest.mark.parametrize("chosen", [{"passes": "all"}, {"passes": "auto", "trt": "10.1"}, {"passes": "auto", "trt": "8.6"}])
+def test_without_the_option_the_asymmetric_zero_points_stay(chosen):
+    result = graphfix.fix(_model(), **chosen)
     assert NAME not in [p.name for p in result.report.passes]
     assert any(z.any() for z in _zero_points(result.model))
 
