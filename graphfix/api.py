@@ -3,27 +3,33 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 
 from graphfix.errors import OnnxruntimeDied
 from graphfix.fs import transaction as transaction_mod
+from graphfix.onnxio import dims as dims_mod
 from graphfix.onnxio import paths
-from graphfix.onnxio.load import load_model
+from graphfix.onnxio.load import load_working
+from graphfix.onnxio.proto import Assembled
 from graphfix.onnxio.save import save_model
 from graphfix.onnxio.validate import check_graph
 from graphfix.passes.base import Pass
 from graphfix.pipeline import load_checks
 from graphfix.pipeline import run as run_mod
+from graphfix.pipeline import set_inputs as set_inputs_mod
 from graphfix.pipeline import settings as settings_mod
 from graphfix.report import writer as writer_mod
 from graphfix.report.model import Report
 from graphfix.runtime import worker as runtime_worker
 from graphfix.settings import checks as options
+from graphfix.settings.syntax import pass_names
+from graphfix.verify.compare import iteration_result
 from graphfix.verify.inputs import load_inputs, quiet_polygraphy
 from graphfix.verify.shapes import DEFAULT_MAX_MEMORY
 
@@ -49,6 +55,7 @@ class FixResult:
         A model with external data (or over 2 GiB, or given ``external_data``) is written as
         ``path`` plus its weights file (``<path>.data`` or ``external_data``); returns that path.
         """
+        options.check_arguments({"path": path, "external_data": external_data}, call="save")
         paths.plan_fix(self._source(), path, external_data=external_data)
         with transaction_mod.transaction():
             return save_model(self.outcome.fixed, path, self.outcome.base_dir, external_data)
@@ -56,6 +63,7 @@ class FixResult:
     def save_report(self, path: str | os.PathLike) -> None:
         """JSON, ``.md`` or ``.html`` (by extension); a JSON report gets polygraphy inputs/outputs files beside it.
         All of them are written, or none."""
+        options.check_arguments({"path": path}, call="save_report")
         plan = paths.plan_fix(self._source(), None, [path])
         if self.report.output is not None:
             plan.writes.insert(0, paths.Use("the output", Path(self.report.output)))
@@ -83,14 +91,22 @@ def save_polygraphy_files(outcome: settings_mod.Outcome, path: Path) -> dict[str
 
     inputs_path, outputs_path = paths.sidecars(path)
     results = RunResults()
-    results.append(("graphfix-original", outcome.baseline[0][1]))
+    results.append(("graphfix-original", _savable(outcome.baseline[0][1])))
     if outcome.final is not None and outcome.final is not outcome.baseline:
-        results.append(("graphfix-fixed", outcome.final[0][1]))
+        results.append(("graphfix-fixed", _savable(outcome.final[0][1])))
     with quiet_polygraphy():
         feeds_json, results_json = to_json(outcome.feeds), to_json(results)
     transaction_mod.write_atomic(inputs_path, feeds_json.encode(), "report")
     transaction_mod.write_atomic(outputs_path, results_json.encode(), "report")
     return {"polygraphy_inputs": str(inputs_path), "polygraphy_outputs": str(outputs_path)}
+
+
+def _savable(its: list) -> list:
+    """Iterations polygraphy can write (``np.save`` without pickle): string outputs, which
+    onnxruntime returns as object arrays, as numpy unicode arrays."""
+    return [it if not any(v.dtype == object for v in it.values()) else
+            iteration_result({k: v.astype(str) if v.dtype == object else v for k, v in it.items()}, it.runtime, it.runner_name)
+            for it in its]
 
 
 def _shape_sets(given) -> list[dict[str, tuple[int, ...]]]:
@@ -121,7 +137,9 @@ def fix(
     progress=None,
     profile_shapes: Sequence[dict[str, Sequence[int]]] = (),
     fix_shapes: dict[str, Sequence[int]] | None = None,
+    set_inputs: Mapping[str, Any] | None = None,
     simplify: bool = False,
+    convert_opset: int | None = None,
     max_memory: str | int = DEFAULT_MAX_MEMORY,
     timeout: float | None = None,
     requantize_symmetric: bool = False,
@@ -140,8 +158,14 @@ def fix(
     ``progress``: called with what the run is doing (``"phase: detail"``), e.g. to show a status line.
     ``inputs``: feeds (one dict per iteration) or a ``.npz``/polygraphy JSON file of them.
     ``fix_shapes``: input dims to freeze in the written model (the shape arithmetic that then
-    folds is folded; verified against the original at those shapes). ``simplify``: onnxsim first
-    (``graphfix[simplify]``), verified and rolled back like a pass. ``max_memory`` (bytes, or
+    folds is folded; verified against the original at those shapes). ``set_inputs``: graph inputs
+    to freeze to a value (``{"sr": 16000, "use_cache_branch": False}``, numbers, bools or small
+    arrays of the input's type and shape): what follows is folded and the Ifs they decide inlined,
+    verified against the original fed those values; the written model's metadata
+    (``graphfix.set_inputs``) and the report say so. ``simplify``: onnxsim first
+    (``graphfix[simplify]``), verified and rolled back like a pass. ``convert_opset``: convert the
+    model to that default-domain opset first with onnx.version_converter (what `graphfix check`
+    advises for an opset older than a release supports), verified and rolled back like a pass. ``max_memory`` (bytes, or
     ``"4G"``): candidate verification shapes whose run is estimated above it are not tried.
     ``requantize_symmetric`` / ``dequantize_dynamic``: the opt-in rewrites that change results
     (asymmetric Q/DQ made symmetric INT8; dynamic quantization made float), never run otherwise,
@@ -149,15 +173,29 @@ def fix(
     (graphfix.pipeline.inexact, docs/verification.md).
     ``timeout``: seconds one onnxruntime step may take (graphfix.runtime.worker.DEFAULT_TIMEOUT
     when None).
+
+    What each argument takes (graphfix.settings.checks.ARGUMENTS; docs/cli.md's table):
+    ``model`` a path (str or os.PathLike) or an onnx.ModelProto; ``passes`` as above; ``skip``,
+    ``force`` a pass name, a comma-separated string or a list of names; ``trt`` None or a release
+    as a string ("8.6", "10.1"); ``verify``, ``verify_each``, ``strict``, ``simplify`` True or
+    False; ``atol``, ``rtol`` None or a number >= 0; ``seed`` an int in 0..2**32-1;
+    ``iterations`` an int in 1..1000; ``input_shapes`` None, a dict of input name to dims or a
+    list of them; ``profile_shapes`` a list of such dicts; ``fix_shapes`` None or one such dict;
+    ``val_range`` None or a dict of input name to (lo, hi); ``inputs`` None, a list of dicts of
+    input name to numpy array, or a path; ``output`` None or a path; ``progress`` None or a
+    function of one str; ``max_memory`` bytes or a size string; ``timeout`` None or seconds.
+    A wrong type raises GraphfixError in one line naming the argument and what it takes.
     Bad settings, paths or inputs raise GraphfixError before any work; onnxruntime crashing or
     outlasting ``timeout`` raises :class:`~graphfix.errors.OnnxruntimeDied` (a BaseException).
     """
+    options.check_arguments(locals(), Pass)  # the first statement: locals() holds the arguments alone
     options.check_settings(passes=passes, iterations=iterations, seed=seed, atol=atol, rtol=rtol, val_range=val_range,
                            max_memory=max_memory)
     for option, given in (("--input-shapes", input_shapes), ("--fix-shapes", fix_shapes), ("--trt-*-shapes", list(profile_shapes))):
         options.check_dims(option, [s for s in ([given] if isinstance(given, dict) else list(given or []))])
     if timeout is not None:
         runtime_worker.check_timeout(timeout)
+    options.check_convert_opset(convert_opset)
     source = None if isinstance(model, onnx.ModelProto) else str(model)
     inputs_file = None if inputs is None or isinstance(inputs, list | tuple) else str(inputs)
     paths.plan_fix(source, output, load_inputs=inputs_file)
@@ -172,22 +210,25 @@ def fix(
     pending = load_checks.LoadChecks("<model>" if source is None else str(Path(source)), offload=not (simplify or fix_shapes))
     try:
         if isinstance(model, onnx.ModelProto):
-            check_graph(model, pending.where, checker=False, early=pending.submit)
+            model = dims_mod.owned(model)
+            accepted = check_graph(model, pending.where, checker=False, early=pending.submit)
         else:
-            model = load_model(model, checker=False, early=pending.submit)
+            model, accepted = load_working(model, checker=False, early=pending.submit)
         checks = pending.loaded(model)
     except BaseException:
         pending.cancel()
         raise
     try:
+        frozen = set_inputs_mod.values(model, set_inputs or {}, source)
         inputs = _check_inputs(model, inputs, inputs_file, verify, [*_shape_sets(input_shapes), *_shape_sets(fix_shapes)],
                                iterations, source)
         settings = settings_mod.Settings(
-            passes=passes if isinstance(passes, str) else tuple(passes), skip=tuple(skip), trt=trt,
-            force=tuple(force), verify=verify, verify_each=verify_each, strict=strict, atol=atol, rtol=rtol, seed=seed,
+            passes=passes if isinstance(passes, str) else tuple(passes), skip=pass_names(skip), trt=trt,
+            force=pass_names(force), verify=verify, verify_each=verify_each, strict=strict, atol=atol, rtol=rtol, seed=seed,
             iterations=iterations, input_shapes=_shape_sets(input_shapes),
             profile_shapes=_shape_sets(list(profile_shapes)), val_range=dict(val_range or {}), feeds=inputs,
-            fix_shapes={k: tuple(int(d) for d in v) for k, v in (fix_shapes or {}).items()}, simplify=simplify,
+            fix_shapes={k: tuple(int(d) for d in v) for k, v in (fix_shapes or {}).items()}, set_inputs=frozen,
+            simplify=simplify, convert_opset=convert_opset,
             requantize_symmetric=bool(requantize_symmetric), dequantize_dynamic=bool(dequantize_dynamic),
             max_memory=options.parse_memory(max_memory),
             base_dir=None if source is None else str(Path(source).resolve().parent),
@@ -201,12 +242,25 @@ def fix(
             checks.after_failure(exc)  # load_model's order: the checker's complaint first
         raise
     outcome.base_dir = settings.base_dir
+    if accepted.declared:
+        outcome.fixed = _with_declarations(outcome.fixed, accepted.declared)
+    outcome.report.notes[:0] = accepted.notes
     _describe_inputs(outcome.report, model, outcome.feeds, loaded=inputs is not None)
     result = FixResult(outcome.report, outcome)
     if output is not None:
         with transaction_mod.transaction():
             save_model(outcome.fixed, output, settings.base_dir)
     return result
+
+
+def _with_declarations(fixed: onnx.ModelProto | Assembled, declared: dims_mod.DeclaredDims) -> onnx.ModelProto | Assembled:
+    """The fixed model with the dims of -1 or 0 the input declared (graphfix worked on them as
+    dynamic dims): the model's interface is the user's (:mod:`graphfix.onnxio.dims`)."""
+    if isinstance(fixed, Assembled):
+        dims_mod.restore(fixed.stub, declared)
+        return Assembled(fixed.stub, fixed.initializers)  # not a whole model built before
+    dims_mod.restore(fixed, declared)
+    return fixed
 
 
 def _describe_inputs(rep: Report, model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], loaded: bool) -> None:

@@ -30,7 +30,8 @@ def tensorrt_available() -> bool:
 
 def parse_profile_shapes(min_items: list[str] | None, opt_items: list[str] | None, max_items: list[str] | None) -> ProfileShapes:
     """trtexec-style ``--trt-min-shapes x:1x3x224x224`` (and opt, max) into one profile per input."""
-    lo, opt, hi = parse_input_shapes(min_items), parse_input_shapes(opt_items), parse_input_shapes(max_items)
+    lo, opt, hi = (parse_input_shapes(items, f"--trt-{which}-shapes")
+                   for which, items in (("min", min_items), ("opt", opt_items), ("max", max_items)))
     if not (lo or opt or hi):
         return {}
     if not (set(lo) == set(opt) == set(hi)):
@@ -53,17 +54,6 @@ def engine_tolerance(fp16: bool) -> float:
     """atol = rtol for TensorRT against onnxruntime: kernels and TF32 differ from onnxruntime's
     CPU results by more than graphfix's own 1e-5 between two onnxruntime runs."""
     return 1e-2 if fp16 else 1e-3
-
-
-def covering_profile(shape_sets: list[dict[str, list[int]]], names: list[str]) -> ProfileShapes:
-    """The profile of the named (dynamic) inputs that holds every verified shape set: per dim the
-    least and the greatest size, opt the first set's (the shapes graphfix found to run)."""
-    profile: ProfileShapes = {}
-    for name in names:
-        shapes = [tuple(int(d) for d in s[name]) for s in shape_sets if name in s]
-        if shapes and len({len(x) for x in shapes}) == 1:
-            profile[name] = (tuple(map(min, zip(*shapes, strict=True))), shapes[0], tuple(map(max, zip(*shapes, strict=True))))
-    return profile
 
 
 def command_lines(onnx_path: str, engine_path: str, shapes: ProfileShapes | None = None, fp16: bool = False,

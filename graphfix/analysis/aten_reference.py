@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
+from onnx.reference.ops.op_loop import Loop as _ReferenceLoop
 
 ATEN_DOMAIN = "org.pytorch.aten"
 TENSOR, OPTIONAL, INTS, INT, FLOAT, BOOL, SCALAR = "Tensor", "Tensor?", "int[]", "int", "float", "bool", "Scalar?"
@@ -214,7 +215,34 @@ class ATen(OpRun):
         return tuple(outs[: len(self.onnx_node.output)])
 
 
-ATEN_OPS: list[type[OpRun]] = [ATen]
+class Loop(_ReferenceLoop):
+    """onnx.reference's Loop (onnx 1.23) as the spec has it: an omitted condition means true (it
+    ran no iteration) and scan outputs are stacked on a new first axis (it concatenated them
+    with ``vstack``). Verification runs a model on the reference where onnxruntime cannot be the
+    reference (ATen nodes, a DFT of odd length), bodies included."""
+
+    def _run(self, M, cond, *args, context=None, body=None, attributes=None, bindings=None):  # noqa: N803 - the op's names
+        carried = dict(zip(self.body.input_names[2:], args, strict=False))
+        if context is not None:
+            carried = {**context, **carried}
+        cond = np.array(True) if cond is None else cond
+        names = self.body.input_names
+        scans: list[list[np.ndarray]] = [[] for _ in range(self.K)]
+        it = 0
+        while bool(np.asarray(cond).reshape(-1)[0]) and (M is None or it < int(np.asarray(M).reshape(-1)[0])):
+            inputs = {**carried, names[0]: np.array(it, dtype=np.int64), names[1]: np.asarray(cond)}
+            outputs = self._run_body(inputs, attributes=attributes, bindings=bindings)
+            cond = outputs[0]
+            for k in range(self.K):
+                scans[k].append(outputs[1 + self.N + k])
+            carried.update(zip(names[2:], outputs[1 : 1 + self.N], strict=True))
+            it += 1
+        results = [carried[n] for n in names[2:]]
+        results.extend(np.stack(s) if s else np.empty((0,), np.float32) for s in scans)
+        return self._check_and_fix_outputs(tuple(results))
+
+
+ATEN_OPS: list[type[OpRun]] = [ATen, Loop]
 
 
 def evaluator(model: onnx.ModelProto) -> ReferenceEvaluator:

@@ -15,10 +15,12 @@ from functools import cache
 from typing import Any
 
 from graphfix import passes
+from graphfix.passes.base import NO_IMPORTER
 from graphfix.trt import support
 
 NOISE = {"int64-weights-cast-down", "network-has-no-output"}
-GENERIC = {"unsupported-op-plugin-fallback-generic"}
+#: The plugin errors (no importer, the plugin lookup fails): the op the log names decides the pass.
+GENERIC = {"unsupported-op-plugin-fallback-generic", "custom-domain-op-plugin-library-missing"}
 _PLUGIN_MISSING = re.compile(r"Plugin not found|could not find plugin|Cannot find plugin|getPluginCreator could not find", re.I)
 _PLUGIN_ATTEMPT = re.compile(r"Attempting to import as plugin")
 _NODE_PATTERNS = [
@@ -29,6 +31,16 @@ _NODE_PATTERNS = [
     re.compile(r"In node -?\d+ \(import(?P<op>\w+)\)"),
     re.compile(r"In function import(?P<op>\w+)"),
 ]
+
+
+#: The op a plugin lookup is for, as the parser logs it (ModelImporter.cpp and the fallback
+#: plugin importer, onnx-tensorrt 8.5-GA to 10.1-GA) or TensorRT's plugin registry does.
+_PLUGIN_OP = re.compile(r"No importer registered for op: (?P<op>\w+)|Searching for plugin: (?P<op2>\w+)|"
+                        r"(?:getPluginCreator could not find plugin|Cannot find plugin):?\s*(?P<op3>\w+)")
+#: Importer functions named in "In function importX:" lines that are not ONNX ops.
+_NOT_OPS = frozenset({"FallbackPluginImporter", "LocalFunctionImporter"})
+#: The domain in TensorRT 8.x's dump of the failing NodeProto.
+_PROTO_DOMAIN = re.compile(r'^domain: "(?P<domain>[^"]*)"\s*$')
 
 
 #: TensorRT 8.x prints the node it failed on before the error: 'While parsing node number 14
@@ -65,13 +77,35 @@ def _compiled() -> list[tuple[dict[str, Any], re.Pattern[str]]]:
     return [(e, re.compile(e["message_regex"])) for e in support.errors()]
 
 
-def _fixing_pass(error_id: str, op: str | None = None) -> str | None:
+def _fixing_pass(error_id: str, op: str | None = None, domain: str | None = None) -> str | None:
     """The pass that fixes this error; where one entry covers several ops (decomposable-op-missing)
-    and the log names the op, the pass that rewrites that op, or None if no pass does."""
-    fixing = [p for p in passes.all_passes() if error_id in p.fixes]
+    and the log names the op, the pass that rewrites that op, or None if no pass does. The
+    catch-all plugin error names a pass only for the op the log names: one that rewrites that op
+    for a missing importer, never another op's. ``domain``: the failing node's, where the log's
+    node dump says it (a pass rewrites its own domains' ops only: com.microsoft::Gelu is not Gelu)."""
+    everything = [p for p in passes.all_passes() if domain is None or domain in p.domains]
+    if error_id in GENERIC:
+        if op is None:
+            return None
+        return next((p.name for p in everything if op in p.ops and any(r.kind == NO_IMPORTER for r in p.rules)), None)
+    fixing = [p for p in everything if error_id in p.fixes]
     if op is None:
         return fixing[0].name if fixing else None
     return next((p.name for p in fixing if op in p.ops), None)
+
+
+def _domain_of(blocks: list[_Parsing], op: str | None, at: int) -> str | None:
+    """The domain TensorRT 8.x's node dump gives the node of ``op`` nearest the match."""
+    dumped = [b for b in blocks if b.op == op and b.domain is not None]
+    return min(dumped, key=lambda b: abs(b.start - at)).domain if dumped else None
+
+
+def _plugin_op(text: str, before: int) -> str | None:
+    """The op of the last plugin lookup the log names before ``before`` (else after it)."""
+    found = list(_PLUGIN_OP.finditer(text))
+    earlier = [m for m in found if m.start() < before]
+    m = earlier[-1] if earlier else found[0] if found else None
+    return None if m is None else next(v for v in m.groupdict().values() if v)
 
 
 def _line_at(text: str, start: int, end: int) -> str:
@@ -117,6 +151,7 @@ class _Parsing:
     op: str
     output: str
     node: str | None
+    domain: str | None = None
 
 
 def _parsing_blocks(text: str) -> list[_Parsing]:
@@ -125,15 +160,19 @@ def _parsing_blocks(text: str) -> list[_Parsing]:
     attributes' names come after it)."""
     blocks = []
     for m in _PARSING.finditer(text):
-        node = None
+        node = domain = None
+        named_part = True  # the node's own name: before op_type (attributes' names come after)
         for line in text[m.end():m.end() + 20_000].splitlines()[1:]:
-            line = _bare(line)
-            if line.startswith(("op_type:", "--- End node")) or "While parsing node number" in line:
+            line = re.sub(r"^\S+\.(?:cpp|hpp):\d+:\s*", "", _bare(line))
+            if line.startswith("--- End node") or "While parsing node number" in line:
                 break
-            if named := _PROTO_NAME.match(re.sub(r"^\S+\.(?:cpp|hpp):\d+:\s*", "", line)):
+            if line.startswith("op_type:"):
+                named_part = False
+            elif named_part and node is None and (named := _PROTO_NAME.match(line)):
                 node = named.group("node") or None
-                break
-        blocks.append(_Parsing(m.start(), m.group("op"), m.group("output"), node))
+            elif dumped := _PROTO_DOMAIN.match(line):
+                domain = dumped.group("domain")
+        blocks.append(_Parsing(m.start(), m.group("op"), m.group("output"), node, domain))
     return blocks
 
 
@@ -166,14 +205,18 @@ def match_log(text: str) -> list[ErrorMatch]:
             continue  # an INFO line; the plugin may well have been found
         groups = {k: v for k, v in m.groupdict().items() if v}
         node, op = _node_near(text, m.start())
+        op = None if op in _NOT_OPS else op
         block = next((b for b in reversed(blocks) if b.start < m.start()), None)
         if block is not None:  # the node TensorRT was parsing when it failed
             node, op = block.node or node, block.op
         rank = 2 if entry["id"] in NOISE else 1 if entry["id"] in GENERIC else 0
         logged_op = groups.get("op") or groups.get("op2")  # the op the message itself names
+        if logged_op is None and entry["id"] in GENERIC:
+            logged_op = op or _plugin_op(text, m.start())  # "Plugin not found": the lookup the log shows
         found.append((rank, m.start(), ErrorMatch(
             id=entry["id"], op=logged_op or op or entry["onnx_op"], node=node,
-            cause=_first_sentence(entry["pattern"]), fix=entry["fix"], fix_pass=_fixing_pass(entry["id"], logged_op),
+            cause=_first_sentence(entry["pattern"]), fix=entry["fix"],
+            fix_pass=_fixing_pass(entry["id"], logged_op, _domain_of(blocks, logged_op or op or entry["onnx_op"], m.start())),
             line=quote(text, m.start(), m.end()), rank=rank, output=block.output if block else None,
         )))
     found.sort(key=lambda item: (item[0], item[1]))

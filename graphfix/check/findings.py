@@ -22,11 +22,13 @@ import onnx_graphsurgeon as gs
 from graphfix import passes
 from graphfix.analysis.fold import Folder
 from graphfix.analysis.origin import DATA, SHAPE_INPUTS, ValueOrigins
+from graphfix.check import restrictions
 from graphfix.check.errors import bare_text
 from graphfix.graph import Builder, is_weights, tensor_dtype, to_graph
-from graphfix.graph.importer import all_graphs
+from graphfix.graph.importer import all_graphs, enclosing
+from graphfix.onnxio.domains import ORT_ONNX_DOMAIN_OPS
 from graphfix.onnxio.ir import default_opset
-from graphfix.passes.base import Context
+from graphfix.passes.base import WRONG_RESULTS, Context
 from graphfix.trt import support
 from graphfix.trt.versions import TrtVersion
 
@@ -59,6 +61,23 @@ NO_REWRITE = {
                        "recurrence runs token by token (the op's function body is a Scan). Export at opset 18-22, where the "
                        "exporter writes the model's own recurrent or chunked linear-attention code in standard ops",
 }
+#: onnxruntime's quantizers' QOperator and dynamic-quantization ops: no importer in any release
+#: (docs/operators.md 8.0-GA..10.1-GA: N; no DEFINE_BUILTIN_OP_IMPORTER in builtin_op_importers.cpp
+#: 8.x-9.x or onnxOpImporters.cpp 10.0-GA/10.1-GA), and an integer rewrite would not be TensorRT's int8.
+_QDQ_INSTEAD = ("quantize in QDQ format instead (onnxruntime.quantization.quantize_static(..., quant_format=QuantFormat.QDQ, "
+                "activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, extra_options={'ActivationSymmetric': True}) "
+                "or NVIDIA ModelOpt), which TensorRT imports as INT8 Q/DQ layers, or export the float model and let TensorRT "
+                "calibrate it")
+#: The com.microsoft ops onnxruntime's QOperator and dynamic quantizers write (QLinearAdd, QGemm ...).
+_ORT_QUANTIZED = frozenset({"QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool",
+                            "QLinearGlobalAveragePool", "QLinearConcat", "QLinearSoftmax", "QLinearWhere", "QGemm",
+                            "QAttention", "QEmbedLayerNormalization", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
+                            "DynamicQuantizeLSTM", "QuantizeLinear", "DequantizeLinear", "QLinearConv"})
+NO_REWRITE.update({
+    op: f"no {op} importer in any TensorRT release ({how}), and no graphfix rewrite: {_QDQ_INSTEAD}"
+    for op, how in (("ConvInteger", "dynamic quantization"), ("MatMulInteger", "dynamic quantization"),
+                    ("DynamicQuantizeLinear", "dynamic quantization: its scale is computed per run"))
+})
 _TYPE_TOKENS = {"float32": "FP32", "float16": "FP16", "int32": "INT32", "int64": "INT64", "int8": "INT8", "uint8": "UINT8",
                 "bool": "BOOL", "float64": "DOUBLE"}
 
@@ -82,12 +101,14 @@ class CheckFinding:
     upstream: str = ""
     #: For a shape tensor computed from data: which input of ``node`` reads it.
     shape_input: int | None = None
+    #: A whole-model step of graphfix that clears it (``--convert-opset 13``), where no pass does.
+    fix_step: str = ""
     #: The run option of an opt-in rewrite that clears it (not exact: never ``fix_pass``), or "".
     opt_in: str = ""
 
     @property
     def remedy(self) -> str:
-        return self.fix_pass or f"no rewrite: {self.upstream or 'change the export'}"
+        return self.fix_pass or self.fix_step or f"no rewrite: {self.upstream or 'change the export'}"
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields and remedy (dataclasses.asdict deep-copies: 3 s for 25k findings)."""
@@ -128,10 +149,12 @@ def check_graph(graph: gs.Graph, trt: str, opset: int, weight_types: set[int]) -
         folder = Folder(graph)
         origins = ValueOrigins(folder)
         ctx = Context(graph, Builder(graph, "check"), folder, release.version)
-        for g in all_graphs(graph):
+        graphs = list(all_graphs(graph))
+        where = enclosing(graph) if len(graphs) > 1 else {}
+        for g in graphs:
             ctx.graph = g
             for node in list(g.nodes):
-                findings.extend(_node_findings(node, release, ctx, origins))
+                findings.extend(_node_findings(node, release, ctx, origins, where.get(id(g), [])))
         findings.extend(_weight_type_notes(weight_types, release))
     finally:
         gc.unfreeze()
@@ -146,9 +169,10 @@ def check_nodes(root: gs.Graph, nodes: list[tuple[gs.Graph, gs.Node]], trt: str)
     origins = ValueOrigins(folder)
     ctx = Context(root, Builder(root, "check"), folder, release.version)
     findings: list[CheckFinding] = []
+    where = enclosing(root) if any(g is not root for g, _ in nodes) else {}
     for g, node in nodes:
         ctx.graph = g
-        findings.extend(_node_findings(node, release, ctx, origins))
+        findings.extend(_node_findings(node, release, ctx, origins, where.get(id(g), [])))
     return findings
 
 
@@ -174,33 +198,52 @@ def _finding(node: gs.Node | None, severity: str, message: str, error_id: str | 
                         path or [], rule, evidence, certain)
 
 
+#: Below this opset every parser from 7.0 on logs "TensorRT supports ONNX graphs generated with at
+#: least opset 7. Models using older opsets are not guaranteed to work." and imports anyway
+#: (ModelImporter.cpp 7.0, 8.0-GA ... 9.3, 10.0-GA, 10.1-GA); it refuses no opset, old or new.
+WARNED_BELOW = 7
+#: The opset `graphfix check` advises converting to: the oldest every documented parser lists
+#: (the 10.x/11.x tables: 9+) with the ops TensorRT exports use in their current form (Resize-13,
+#: Split/Squeeze/Unsqueeze with input axes).
+CONVERT_TO = 13
+
+
 def _opset_findings(opset: int, release: support.Release) -> Iterator[CheckFinding]:
-    """The parser only logs a warning for a newer opset (importers read the attributes they know)."""
+    """The parser only logs a warning for a newer opset (importers read the attributes they know)
+    and for one older than 7; the 10.x tables list 9+ and the code does not enforce it."""
     lo, hi = support.opset_range(release)
     if hi is not None and opset > hi:
         yield _finding(None, WARNING, f"model opset {opset} is newer than TensorRT {release.key}'s parser documents (<= {hi}); "
                        "the parser warns and imports what it knows, so only the node findings below block", None,
                        rule="opset", evidence="parser source (opset check is a warning)")
-    if lo is not None and opset < lo:
-        yield _finding(None, BLOCKING, f"model opset {opset} is older than TensorRT {release.key}'s parser supports (>= {lo}); re-export or convert with onnx.version_converter", None,
-                       rule="opset", evidence="operator table")
+    floor = max(lo or 0, WARNED_BELOW if release.version >= TrtVersion("7.0") else 0)
+    if opset < floor:
+        said = (f"the parser warns 'at least opset {WARNED_BELOW} ... not guaranteed to work'" if opset < WARNED_BELOW
+                else f"its operator table lists opset {lo}+ (the parser warns only below {WARNED_BELOW})")
+        finding = _finding(None, WARNING, f"model opset {opset} is older than TensorRT {release.key} supports: {said} and "
+                           "imports anyway, reading each op as the newer opsets define it", None, rule="opset",
+                           evidence="ModelImporter.cpp 7.0, 8.0-GA..9.3, 10.0-GA, 10.1-GA: LOG_WARNING below opset 7, "
+                                    "no refusal; docs/operators.md 10.0-GA/10.1-GA: 'opset 9 to 20'")
+        finding.fix_step = (f"--convert-opset {CONVERT_TO}: graphfix IN OUT --convert-opset {CONVERT_TO} --trt {release.requested} "
+                            "(onnx.version_converter, verified against onnxruntime like a pass)")
+        yield finding
 
 
-#: onnxruntime contrib ops that share an ONNX op's name and meaning: TensorRT's model importer looks
-#: importers up by op type, domain ignored (ModelImporter.cpp, 8.5-GA and 10.1-GA), so a release
-#: with the ONNX importer reads them right (com.microsoft Gelu is the erf Gelu of ONNX Gelu-20).
-SAME_MEANING_AS_ONNX = frozenset({"Gelu"})
-
-
-def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:
-    """The node's findings; a blocking one no pass fixes names the opt-in rewrite that clears it, if any."""
+def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins,
+                   inside: list[str]) -> Iterator[CheckFinding]:
+    """``inside``: the nodes whose subgraph holds ``node`` (outermost first; empty at top level):
+    a finding in an If branch or a Loop body gets them, then the node, as its ``path`` (a shape
+    tensor's finding keeps its own: the path from the data). A blocking finding no pass fixes names
+    the opt-in rewrite that clears it, if any, after its own remedy."""
     findings = list(_findings_of(node, release, ctx, origins))
     opt_in = _opt_in(node, ctx) if any(f.severity == BLOCKING and not f.fix_pass for f in findings) else None
-    for f in findings:
-        if opt_in is not None and f.severity == BLOCKING and not f.fix_pass:
-            f.upstream = f"{f.upstream}; or {opt_in.REMEDY}" if f.upstream else opt_in.REMEDY
-            f.opt_in = f"--{opt_in.PASS.name}"
-        yield f
+    for finding in findings:
+        if inside and finding.shape_input is None and not finding.path:
+            finding.path = [*inside, node.name]
+        if opt_in is not None and finding.severity == BLOCKING and not finding.fix_pass:  # named, never run by auto
+            finding.upstream = f"{finding.upstream}; or {opt_in.REMEDY}" if finding.upstream else opt_in.REMEDY
+            finding.opt_in = f"--{opt_in.PASS.name}"
+        yield finding
 
 
 def _opt_in(node: gs.Node, ctx: Context):
@@ -215,19 +258,22 @@ def _findings_of(node: gs.Node, release: support.Release, ctx: Context, origins:
         yield _finding(node, BLOCKING, f"ATen fallback node ({node.attrs.get('operator', '?')}): no TensorRT release parses ATen",
                        "aten-fallback-node", _fixing_pass(node, ctx), rule="no-importer", evidence="operator table (no ATen op)")
         return
-    if domain not in ("", "ai.onnx"):
-        claims = list(_pass_claims(node, ctx))  # onnxruntime's contrib ops that a pass lowers
-        if not claims and domain == "com.microsoft" and node.op in SAME_MEANING_AS_ONNX:
-            entry = support.op_support(node.op, release)
-            if entry is not None and entry.supported:
-                yield _finding(node, WARNING, f"com.microsoft::{node.op} is read by TensorRT {release.key}'s ONNX {node.op} "
-                               "importer (importers are looked up by op type alone; same formula)", None,
-                               rule="no-importer", evidence="importer source: ModelImporter.cpp 8.5-GA/10.1-GA")
-                return
-        yield from claims or [_finding(node, BLOCKING, f"custom-domain op {domain}::{node.op} needs a TensorRT plugin "
-                                       "library loaded at build time", "custom-domain-op-plugin-library-missing")]
-        return
     entry = support.op_support(node.op, release)
+    if domain not in ("", "ai.onnx"):
+        claims = list(_pass_claims(node, ctx))  # onnxruntime's contrib ops that a pass lowers, at the releases it says
+        if claims:
+            yield from claims
+        elif entry is not None and entry.supported:
+            yield _namesake_finding(node, release)
+        else:
+            finding = _plugin_finding(node, f"custom-domain op {domain}::{node.op}", release, ctx)
+            if domain.startswith("com.microsoft") and node.op in _ORT_QUANTIZED:
+                finding.upstream = _QDQ_INSTEAD  # onnxruntime's quantizer wrote it: no plugin exists for it
+            yield finding
+        return
+    if node.op in ORT_ONNX_DOMAIN_OPS and not node.op.endswith("_TRT") and (entry is None or not entry.supported):
+        yield _plugin_finding(node, f"{node.op}, an onnxruntime contrib op in the ONNX domain (no ONNX operator),", release, ctx)
+        return
     if entry is None or not entry.supported:
         fixer = _fixing_pass(node, ctx)
         source = "importer source" if entry is not None else "operator table (op not listed for this release)"
@@ -246,9 +292,60 @@ def _findings_of(node: gs.Node, release: support.Release, ctx: Context, origins:
     yield from claims
     claimed = bool(claims)
     yield from _restriction_findings(node, release, ctx)
+    typed = False
+    # a node a pass rewrites (resize-nearest-mode, qdq-uint8-to-int8) is that pass's finding, not also a
+    # rule's with no rewrite; what the rewrite leaves, the check of the fixed model reports
+    for r, message in [] if claimed else restrictions.broken(node, ctx):
+        typed = typed or r.types
+        finding = _finding(node, BLOCKING if r.blocking else WARNING, message, r.error, prefer=r.prefer, rule=r.kind,
+                           evidence=r.evidence)
+        finding.upstream = r.upstream
+        yield finding
     if not claimed:
         yield from _shape_tensor_findings(node, origins)
-        yield from _type_findings(node, entry, release)
+        if not typed:
+            yield from _type_findings(node, entry, release)
+
+
+#: Where the parser sends an op it has no importer for, whatever the node's domain.
+PLUGIN_EVIDENCE = ("importer source: ModelImporter.cpp dispatches on op_type alone and sends an op without an importer "
+                   "to FallbackPluginImporter, which asserts 'Plugin not found' unless a plugin creator of that name is "
+                   "registered (builtin_op_importers.cpp on 8.5-GA/8.6-GA, onnxOpImporters.cpp on 10.1-GA)")
+
+
+def plugin_messages(op: str) -> str:
+    """What a build log says for an op that has no importer and no plugin (the parser's words,
+    onnx-tensorrt 8.5-GA to 10.1-GA)."""
+    return (f"No importer registered for op: {op}. Attempting to import as plugin. "
+            f"Searching for plugin: {op}, plugin_version: 1, plugin_namespace: ... "
+            "Plugin not found, are the plugin name, version, and namespace correct?")
+
+
+def _namesake_finding(node: gs.Node, release: support.Release) -> CheckFinding:
+    """A custom-domain op named like an ONNX op the release imports (com.microsoft::Gelu): the
+    parser ignores the domain and imports it as the ONNX op, right only where both mean the same."""
+    return _finding(node, WARNING, f"custom-domain op {node.domain}::{node.op}: TensorRT {release.key}'s parser ignores "
+                    f"the domain and imports it with its ONNX {node.op} importer; the result is right only where "
+                    f"{node.domain}'s {node.op} takes the same inputs and attributes and means the same",
+                    None, rule=WRONG_RESULTS, certain=False,
+                    evidence="importer source: ModelImporter.cpp looks importers up by op_type alone (8.5-GA, 8.6-GA, 10.1-GA)")
+
+
+def _plugin_finding(node: gs.Node, what: str, release: support.Release, ctx: Context) -> CheckFinding:
+    """An op the parser can only take as a plugin (onnxruntime's contrib ops, other custom
+    domains): blocking unless a plugin library registers it. A pass whose ``match`` takes the node
+    (a lowering of onnxruntime's contrib ops) is named as its fix."""
+    fixer = _fixing_pass(node, ctx)
+    lowered = f"graphfix's {fixer} rewrites it" if fixer else "no graphfix pass lowers it to ONNX ops yet"
+    finding = _finding(node, BLOCKING, f"{what} needs a TensorRT plugin library loaded at build time: TensorRT "
+                       f"{release.key}'s parser has no importer for it and looks for a plugin named {node.op}; {lowered}",
+                       "custom-domain-op-plugin-library-missing", fixer, rule="no-importer", evidence=PLUGIN_EVIDENCE)
+    finding.error_text = plugin_messages(node.op)
+    onnxruntime = node.op in ORT_ONNX_DOMAIN_OPS or (node.domain or "").startswith("com.microsoft")
+    made = (f"the fusion that wrote {node.op} (onnxruntime's transformer optimizer or quantizer output)" if onnxruntime
+            else f"the custom op {node.op}")
+    finding.upstream = f"export the model without {made}, or load a plugin library that registers {node.op} (trtexec --plugins=)"
+    return finding
 
 
 def _pass_claims(node: gs.Node, ctx: Context) -> Iterator[CheckFinding]:
@@ -257,7 +354,7 @@ def _pass_claims(node: gs.Node, ctx: Context) -> Iterator[CheckFinding]:
         rule = p.why(node, ctx)  # the rule of this pass that holds for this release, if any
         if rule is not None:
             message = rule.message + ("" if rule.certain else " (uncertain: thin evidence)")
-            yield _finding(node, BLOCKING if rule.certain else WARNING, message, rule.error, p.name,
+            yield _finding(node, BLOCKING if rule.certain else WARNING, message, rule.error, p.name, prefer=rule.quote,
                            rule=rule.kind, evidence=rule.evidence, certain=rule.certain)
 
 
@@ -389,6 +486,8 @@ def _type_findings(node: gs.Node, entry: support.OpSupport, release: support.Rel
         return  # DOUBLE weights (initializers, Constant values) are cast down to FLOAT at import
     if token == "BOOL" and node.op in ("Gather", "GatherElements", "GatherND"):
         return  # handled by bool-gather-cast's version-aware match
+    if node.op == "DequantizeLinear" and node.inputs[0].inputs and node.inputs[0].inputs[0].op == "QuantizeLinear":
+        return  # TensorRT types a QuantizeLinear's output INT8 whatever ONNX says; the Q's own findings cover UINT8
     yield _finding(node, WARNING, f"{node.op} on {token} is not in TensorRT {release.key}'s documented types {list(entry.types)}",
                    "type-restricted-ops", prefer=node.op, exact=True)
 

@@ -21,7 +21,7 @@ from graphfix.api import fix
 from graphfix.check.findings import BLOCKING, check_model, data_source_lines, finding_groups, from_data
 from graphfix.cli.common import quiet_libraries
 from graphfix.errors import GraphfixError, visible
-from graphfix.onnxio.load import load_model
+from graphfix.onnxio.load import load_model, load_working
 from graphfix.report.summary import more_like
 from graphfix.report.text import MAX_TEXT, md_code, md_text
 from graphfix.settings.checks import check_jobs
@@ -64,8 +64,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _single(model: str, version: str, as_json: bool) -> int:
     """One model, one release: every finding, in full."""
-    report = check_model(load_model(model), version)
-    print(json.dumps(report.as_dict(), indent=2) if as_json else render(report, model))
+    loaded, accepted = load_working(model)
+    report = check_model(loaded, version)
+    print(json.dumps({**report.as_dict(), "notes": accepted.notes}, indent=2) if as_json else render(report, model, accepted.notes))
     return 1 if report.blocking else 0
 
 
@@ -152,7 +153,8 @@ def _why(same: list[dict[str, Any]]) -> str:
         ops = "+".join(dict.fromkeys(g["op"] for g in same))
         return f"{ops} {head}" + (f"; upstream: {f['upstream']}" if f.get("upstream") else "")
     where = f"{f['op']} {f['node']}" if f["node"] else "the model"
-    return f"{where}{f' (+{len(same) - 1} more)' if len(same) > 1 else ''}: {f['message']}"
+    change = f.get("upstream") or f.get("fix_step")  # what to do, where the message does not say it
+    return f"{where}{f' (+{len(same) - 1} more)' if len(same) > 1 else ''}: {f['message']}" + (f"; fix: {change}" if change else "")
 
 
 def exit_code(rows: list[dict[str, Any]]) -> int:
@@ -212,10 +214,12 @@ def to_markdown(rows: list[dict[str, Any]], versions: list[str]) -> str:
     return "\n".join(out)
 
 
-def render(report, model: str) -> str:
+def render(report, model: str, notes: list[str] | tuple[str, ...] = ()) -> str:
+    """``notes``: what the load accepted that onnx's tools alone trip on (graphfix.onnxio.validate.Accepted)."""
     lines = [f"{model}: TensorRT {report.version_used} parser, opset {report.opset}"]
     if report.note:
         lines.append(f"note: {report.note}")
+    lines += [f"note: {n}" for n in notes]
     if not report.findings:
         lines.append("no findings: the parser should accept every node")
         return "\n".join(map(visible, lines))

@@ -13,19 +13,20 @@ from graphfix import engine as trt_engine
 from graphfix.api import FixResult, fix, write_report_files
 from graphfix.check.findings import data_source_lines, finding_groups, from_data
 from graphfix.cli.common import _exit, discard_stdout
-from graphfix.engine import command_lines, covering_profile, parse_profile_shapes
+from graphfix.engine import command_lines, parse_profile_shapes
 from graphfix.errors import GraphfixError, OnnxruntimeDied, first_line, visible
 from graphfix.fs import signals
 from graphfix.fs import transaction as transaction_mod
 from graphfix.onnxio import paths
 from graphfix.onnxio.proto import Assembled
 from graphfix.onnxio.save import save_model
+from graphfix.pipeline import profile as profile_mod
 from graphfix.report import model as model_mod
 from graphfix.report import summary as summary_mod
 from graphfix.report.model import ERROR, ROLLED_BACK
 from graphfix.runtime import worker as runtime_worker
 from graphfix.settings import checks as options
-from graphfix.settings.syntax import parse_input_shapes, parse_shape_sets, parse_val_ranges
+from graphfix.settings.syntax import parse_input_shapes, parse_set_inputs, parse_shape_sets, parse_val_ranges
 from graphfix.trt import support as trt_support
 from graphfix.verify import inputs as inputs_mod
 from graphfix.verify import sessions
@@ -64,8 +65,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fix-shapes", action=_Shapes, nargs="+", type=_shape_item, metavar="NAME:1x3x320x320",
                    help="freeze these input dims in the written model and fold the shape arithmetic that becomes "
                         "constant (computed TopK K, Resize sizes, pads); verified against the original at those shapes")
+    g.add_argument("--set-input", action="append", metavar="NAME=VALUE",
+                   help="freeze an input to a value (a number, true/false, or a list like [1,2]; repeatable): what "
+                        "follows is folded and the Ifs it decides inlined, verified against the original fed that value")
     g.add_argument("--simplify", action="store_true",
                    help="run onnx-simplifier first (graphfix[simplify]), verified and rolled back like a pass")
+    g.add_argument("--convert-opset", type=int, metavar="N",
+                   help="convert the model to opset N first (onnx.version_converter), verified and rolled back like a "
+                        "pass; `graphfix check` advises it for opsets older than a release supports")
     q = p.add_argument_group("opt-in rewrites that change results (never run by --passes all/auto; docs/cli.md)")
     q.add_argument("--requantize-symmetric", action="store_true",
                    help="asymmetric INT8/UINT8 Q/DQ as symmetric INT8 (zero point 0) covering the same range; NOT exact: "
@@ -110,7 +117,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _profile_sets(args: argparse.Namespace) -> list[dict[str, tuple[int, ...]]]:
     """The TensorRT profile's min/opt/max shapes, verified too where onnxruntime runs them."""
-    return [parse_input_shapes(flag) for flag in (args.trt_min_shapes, args.trt_opt_shapes, args.trt_max_shapes) if flag]
+    return [parse_input_shapes(flag, f"--trt-{which}-shapes")
+            for which, flag in (("min", args.trt_min_shapes), ("opt", args.trt_opt_shapes), ("max", args.trt_max_shapes)) if flag]
 
 
 class _Progress:
@@ -162,10 +170,6 @@ class _Progress:
             self._end_phase()
 
 
-def _split(items: list[str]) -> tuple[str, ...]:
-    return tuple(n.strip() for item in items for n in item.split(",") if n.strip())
-
-
 def run(args: argparse.Namespace) -> int:
     """``IN OUT``, or several inputs with ``--out-dir`` (each fixed on its own, as if run alone)."""
     if args.out_dir is None:
@@ -195,7 +199,7 @@ def _fix_many(args: argparse.Namespace) -> int:
         raise GraphfixError("--build builds one engine: give one model (IN OUT) to build it")
     out_dir = Path(args.out_dir)
     if not out_dir.is_dir():
-        raise GraphfixError("--out-dir: no such directory", args.out_dir)
+        raise GraphfixError("--out-dir: not a directory" if out_dir.exists() else "--out-dir: no such directory", args.out_dir)
     paths.check_batch(args.paths, out_dir, args.report, sidecar_files=not args.no_verify)
     reports, codes = list(args.report), []
     for source in args.paths:
@@ -223,6 +227,7 @@ def fix_one(args: argparse.Namespace) -> int:
     """Everything that can be refused is refused first (options, then every path); the files are
     written together at the end, all or none (graphfix.fs.transaction.Transaction)."""
     parse_input_shapes(args.input_shapes)  # syntax first
+    set_inputs = parse_set_inputs(args.set_input)
     val_range = parse_val_ranges(args.val_range)
     options.check_settings(passes=args.passes, iterations=args.iterations, seed=args.seed, atol=args.atol, rtol=args.rtol,
                            val_range=val_range, max_memory=args.max_memory)
@@ -238,12 +243,13 @@ def fix_one(args: argparse.Namespace) -> int:
     status = None if args.quiet else _Progress()
     try:
         result = fix(
-            args.input, args.passes, skip=_split(args.skip), trt=args.trt, force=_split(args.force),
+            args.input, args.passes, skip=args.skip, trt=args.trt, force=args.force,
             verify=not args.no_verify, strict=args.strict, atol=args.atol, rtol=args.rtol, seed=args.seed,
             iterations=args.iterations, input_shapes=parse_shape_sets(args.input_shapes), verify_each=args.verify_each,
             profile_shapes=_profile_sets(args), progress=status,
-            val_range=val_range, inputs=args.load_inputs, fix_shapes=parse_input_shapes(args.fix_shapes),
-            simplify=args.simplify, max_memory=args.max_memory, timeout=args.timeout,
+            val_range=val_range, inputs=args.load_inputs, fix_shapes=parse_input_shapes(args.fix_shapes, "--fix-shapes"),
+            set_inputs=set_inputs, simplify=args.simplify, convert_opset=args.convert_opset, max_memory=args.max_memory,
+            timeout=args.timeout,
             requantize_symmetric=args.requantize_symmetric, dequantize_dynamic=args.dequantize_dynamic,
         )
     except BaseException:
@@ -259,9 +265,11 @@ def fix_one(args: argparse.Namespace) -> int:
     result.report.output = args.output
     if args.build or (args.trt and not result.report.blocking_left):  # no build line for a model it rejects
         engine_path = args.build or str(Path(args.output).with_suffix(".engine"))
-        profile = profile or _verified_profile(result, args)  # the engine built is the one printed
+        printed = _printed_profile(result, args, profile)
+        profile = printed.shapes  # the engine built is the one printed
         result.report.engine = {"commands": command_lines(args.output, engine_path, profile, args.fp16,
-                                                          _reference_files(result, args))}
+                                                          _reference_files(result, args)),
+                                "profile": printed.as_dict()}
     signals.reraise_swallowed_signal()
     with transaction_mod.Transaction(lock=plan.write_paths()) as tx:
         save_model(result.outcome.fixed, args.output, result.outcome.base_dir, args.external_data)
@@ -280,14 +288,19 @@ def fix_one(args: argparse.Namespace) -> int:
 EXIT_BLOCKED = 4
 
 
-def _verified_profile(result: FixResult, args: argparse.Namespace) -> dict:
-    """For a model with dynamic inputs and no given profile: one that holds every shape set
-    verification ran (or the given --input-shapes without verification), so the printed command
-    lines build an engine for shapes known to run."""
-    graph = Assembled.of(result.outcome.fixed).stub.graph
-    dynamic = [vi.name for vi in graph.input if any(not d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)]
-    sets = result.report.shapes.get("shapes") or parse_shape_sets(args.input_shapes)
-    return covering_profile([{k: list(v) for k, v in s.items()} for s in sets], dynamic) if dynamic else {}
+def _printed_profile(result: FixResult, args: argparse.Namespace, given: dict) -> profile_mod.PrintedProfile:
+    """The profile of the printed command lines (graphfix.pipeline.profile): the user's
+    --trt-*-shapes, the dims the user gave otherwise, and for the rest the shapes verification ran
+    (or the given --input-shapes without verification), marked as guessed, tied where dims share
+    a name or are one batch."""
+    shapes = result.report.shapes or {}
+    user_sets = parse_shape_sets(args.input_shapes)
+    sets = shapes.get("shapes") or [{k: list(v) for k, v in s.items()} for s in user_sets]
+    stub = Assembled.of(result.outcome.fixed).stub
+    given_inputs = {n for s in user_sets for n in s}
+    if args.load_inputs:  # the user's own data: every input as given
+        given_inputs |= {vi.name for vi in stub.graph.input}
+    return profile_mod.build(stub, sets, given, given_inputs, shapes.get("guessed"), verified=result.report.sessions > 0)
 
 
 def _reference_files(result: FixResult, args: argparse.Namespace) -> tuple[str, str] | None:
@@ -370,6 +383,8 @@ def _print(result: FixResult, args: argparse.Namespace) -> None:
         engine = result.report.engine or {}
         for tool, line in engine.get("commands", {}).items():
             print(visible(f"{tool}: {line}"))
+        if engine.get("profile", {}).get("note"):
+            print(visible(engine["profile"]["note"]))
         if "passed" in engine:
             print(f"TensorRT vs onnxruntime: {'match' if engine['passed'] else 'MISMATCH'} (max abs {engine['max_abs']:.3g}), engine {engine['engine']}")
         print(f"wrote {args.output}", file=sys.stderr)

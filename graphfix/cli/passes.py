@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from graphfix.check.restrictions import RESTRICTIONS
 from graphfix.passes import OPT_IN, Pass, all_passes
 
 
@@ -48,6 +49,7 @@ def reference() -> str:
     lines += [f"| [`{p.name}`](#{p.name}) | {p.needed_by} | {_cell(p.summary)} |" for p in all_passes()]
     for p in all_passes():
         lines += _section(p)
+    lines += _restrictions()
     lines += ["", "# Opt-in rewrites (not exact)", "",
               "Never run by `--passes all`, `auto` or a pass list: each runs only with its own option, as a whole-model",
               "step judged by a documented bound (docs/verification.md, inexact steps); `graphfix check` names the option",
@@ -55,6 +57,19 @@ def reference() -> str:
     for p in (m.PASS for m in OPT_IN):
         lines += _section(p, f" Run by `--{p.name}`.")
     return "\n".join(lines) + "\n"
+
+
+def _restrictions() -> list[str]:
+    """The parser rules no pass rewrites (graphfix.check.restrictions): `graphfix check` reports
+    them, blocking or (wrong-results) a warning, and prints the change to make as the fix."""
+    lines = ["", "## Rules no pass rewrites", "",
+             "`graphfix check --trt V` also reports these (graphfix/check/restrictions.py): blocking where the parser",
+             "refuses, a warning where it builds and computes something else (wrong-results); `--passes auto` has",
+             "no pass for them (exit 4 when one blocks), and the finding's fix says what to change in the export.", "",
+             "| rule | ops | kind | releases | error id | evidence | fix |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| `{r.name}` | {', '.join(sorted(r.ops))} | {r.kind} | {_cell(r.versions)} | {r.error or '-'} | {_cell(r.evidence)} | "
+              f"{_cell(r.upstream)} |" for r in RESTRICTIONS]
+    return lines
 
 
 def _section(p: Pass, option: str = "") -> list[str]:

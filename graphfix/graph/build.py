@@ -234,11 +234,14 @@ class Builder:
         return self.op("Cast", [x], {"to": helper.np_dtype_to_tensor_dtype(np_to)}, dtype=np_to, **kw)
 
     def shape(self, x: gs.Tensor) -> gs.Variable:
-        """Shape(x), built once per tensor and builder family (dynamic reshapes ask repeatedly)."""
+        """Shape(x), built once per tensor, graph and builder family (dynamic reshapes ask
+        repeatedly). Per graph: a family spans a pass's run over every body, and two If branches
+        reading the same outer tensor each need their own Shape node."""
         cache = self._shared.setdefault("shapes", {})
-        if id(x) not in cache:
-            cache[id(x)] = (x, self.op("Shape", [x], dtype=np.int64))
-        return cache[id(x)][1]
+        key = (id(self.graph), id(x))
+        if key not in cache:
+            cache[key] = (x, self.graph, self.op("Shape", [x], dtype=np.int64))
+        return cache[key][2]
 
     def concat(self, xs: Sequence[TensorLike], axis: int, **kw: Any) -> gs.Variable:
         return self.op("Concat", list(xs), {"axis": axis}, **kw)

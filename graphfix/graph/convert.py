@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from itertools import islice
 
 import numpy as np
 import onnx
@@ -15,6 +16,7 @@ from graphfix.graph.build import stored
 from graphfix.graph.edits import bodies, live_nodes, outer_reads
 from graphfix.graph.importer import all_graphs, fingerprint, import_typed
 from graphfix.graph.infer import complete
+from graphfix.graph.scopes import BodyExporter, has_bodies
 from graphfix.onnxio.collector import collector_off
 from graphfix.onnxio.infer import inferred, value_infos
 from graphfix.onnxio.ir import default_opset
@@ -128,6 +130,7 @@ def _to_parts(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto | A
             parts.stub.ir_version = 4  # IR < 4 wants every initializer listed as a graph input; new constants are not
         return parts
     model = gs.export_onnx(graph, do_type_check=False)
+    _rescope_bodies(graph, model)
     del model.opset_import[:]
     model.opset_import.extend(template.opset_import)
     model.producer_name = template.producer_name
@@ -143,6 +146,23 @@ def _to_parts(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto | A
     if model.ir_version < 4 and model.graph.initializer:
         model.ir_version = 4
     return model
+
+
+def _rescope_bodies(graph: gs.Graph, model: onnx.ModelProto) -> None:
+    """onnx-graphsurgeon's export of the bodies replaced by :class:`BodyExporter`'s, and the main
+    graph's constants that only bodies read written in the main graph."""
+    declared = stored(graph, "gf_declared") or ()
+    scoped = _body_exporter(graph, declared)
+    if scoped is None:
+        return
+    names = {t.name for t in model.graph.initializer}
+    for proto, n in zip(model.graph.node, graph.nodes, strict=True):
+        if has_bodies(n):
+            proto.Clear()
+            for t in scoped.node_into(proto, n):
+                if t.name not in names:
+                    names.add(t.name)
+                    model.graph.initializer.append(_export_constant(t))
 
 
 def _same_signature(graph: gs.Graph, template: onnx.ModelProto) -> bool:
@@ -162,22 +182,39 @@ def _export_reusing(graph: gs.Graph, template: onnx.ModelProto, protos: dict[int
     originals = {t.name: t for t in tg.initializer}
     initializers: list[onnx.TensorProto] = []
     written: set[str] = set()
+    def write(t: gs.Constant) -> None:
+        if t.name not in written:
+            written.add(t.name)
+            initializers.append(originals[t.name] if t.name in originals and _unchanged(t, originals[t.name])
+                                else _export_constant(t))
+
+    scoped = _body_exporter(graph, originals)
     for n in graph.nodes:
         known = protos.get(id(n))
         if known is not None and not known[2] and known[1] == fingerprint(n):
             g.node.append(known[0])
+        elif scoped is not None and has_bodies(n):
+            for t in scoped.node_into(g.node.add(), n):
+                write(t)
         else:
             g.node.append(OnnxExporter.export_node(n))
         for t in n.inputs:
             if isinstance(t, gs.Constant) and t.name not in written:
-                written.add(t.name)
-                initializers.append(originals[t.name] if t.name in originals and _unchanged(t, originals[t.name])
-                                    else _export_constant(t))
+                write(t)
     for t in [*graph.inputs, *graph.outputs]:  # IR < 4 lists initializers as inputs too; an output may be one
         if t.name in originals and t.name not in written:
             written.add(t.name)
             initializers.append(originals[t.name])
     return Assembled(model, initializers)
+
+
+def _body_exporter(graph: gs.Graph, declared: Collection[str]) -> BodyExporter | None:
+    """The exporter of ``graph``'s bodies (None without any): each of its constants in the scope
+    that declared it (graphfix.graph.scopes)."""
+    if next(islice(all_graphs(graph), 1, None), None) is None:
+        return None
+    visible = {id(t) for n in graph.nodes for t in n.inputs if isinstance(t, gs.Constant)}
+    return BodyExporter(graph, declared, visible, _export_constant)
 
 
 def _export_constant(t: gs.Constant) -> onnx.TensorProto:

@@ -26,7 +26,7 @@ from onnx_graphsurgeon.ir.tensor import LazyValues
 from onnx_graphsurgeon.util.misc import SynchronizedList
 
 from graphfix.graph.state import _active, _generation
-from graphfix.onnxio.infer import value_infos
+from graphfix.onnxio.infer import body_scope, scoped_name, value_infos
 
 _A = onnx.AttributeProto
 
@@ -70,15 +70,51 @@ def fingerprint(n: gs.Node) -> tuple:
 
 
 def gs_import(model: onnx.ModelProto, infos: Infos) -> gs.Graph:
-    """onnx-graphsurgeon's importer, then the inferred types: any graph, a walk more."""
+    """onnx-graphsurgeon's importer, then the inferred types: any graph, a walk more. Each body's
+    own tensors (its inputs and what its nodes compute) are typed from that body's value_infos
+    (:func:`~graphfix.onnxio.infer.scoped_name`), the tensors it reads from outside by the graph
+    that defines them; each graph remembers the initializers it declared (``gf_declared``), so
+    that the export writes every one in its own scope (graphfix.graph.scopes)."""
     graph = gs.import_onnx(model)
     infos = _resolved(infos)
-    for g in all_graphs(graph):
-        for name, t in g.tensors().items():
-            vi = infos.get(name)
+    for name, t in graph.tensors().items():
+        vi = infos.get(name)
+        if vi is not None and isinstance(t, gs.Variable):
+            _retype(t, vi)
+    graph.gf_declared = frozenset(t.name for t in model.graph.initializer)
+    for body, proto, scope in _bodies_with_scopes(graph, model.graph, ""):
+        body.gf_declared = frozenset(t.name for t in proto.initializer)
+        for t in _defined(body):
+            vi = infos.get(scoped_name(scope, t.name))
             if vi is not None and isinstance(t, gs.Variable):
                 _retype(t, vi)
     return graph
+
+
+def _bodies_with_scopes(graph: gs.Graph, proto: onnx.GraphProto, scope: str) \
+        -> Iterator[tuple[gs.Graph, onnx.GraphProto, str]]:
+    """Every body of ``graph`` (imported from ``proto``, node for node), nested ones included,
+    with its proto and its scope (:func:`~graphfix.onnxio.infer.body_scope`)."""
+    for k, (node, p) in enumerate(zip(graph.nodes, proto.node, strict=False)):
+        for a in p.attribute:
+            value = node.attrs.get(a.name)
+            if a.HasField("g") and isinstance(value, gs.Graph):
+                found = [(value, a.g, body_scope(scope, k, a.name))]
+            elif a.graphs and isinstance(value, list):
+                found = [(v, sub, body_scope(scope, k, a.name, j))
+                         for j, (v, sub) in enumerate(zip(value, a.graphs, strict=False)) if isinstance(v, gs.Graph)]
+            else:
+                continue
+            for body, sub, here in found:
+                yield body, sub, here
+                yield from _bodies_with_scopes(body, sub, here)
+
+
+def _defined(body: gs.Graph) -> Iterator[gs.Tensor]:
+    """The tensors a body defines: its inputs and its nodes' outputs."""
+    yield from body.inputs
+    for n in body.nodes:
+        yield from n.outputs
 
 
 def _resolved(infos: Infos) -> dict[str, onnx.ValueInfoProto]:
@@ -110,6 +146,22 @@ def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
                             yield from all_graphs(sub)
     if flat and not _active and key == (_generation[0], len(graph.nodes)):
         graph.__dict__["gf_flat"] = key
+
+
+def enclosing(root: gs.Graph) -> dict[int, list[str]]:
+    """Per graph (by id), the names of the nodes that hold it, outermost first (the root: none):
+    where a node inside an If branch or a Loop/Scan body is."""
+    where: dict[int, list[str]] = {id(root): []}
+    stack = [(root, [])]
+    while stack:
+        g, path = stack.pop()
+        for node in g.nodes:
+            for value in node.attrs.values():
+                for sub in value if isinstance(value, list) else [value]:
+                    if isinstance(sub, gs.Graph):
+                        where[id(sub)] = [*path, node.name]
+                        stack.append((sub, where[id(sub)]))
+    return where
 
 
 @functools.cache

@@ -19,19 +19,52 @@ def inferred(work: onnx.ModelProto | bytes) -> onnx.ModelProto | None:
 
 
 def value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
-    """Every value_info and output of the graph and its subgraphs, by name (the first wins)."""
+    """Every value_info and output of the graph (by name, the first wins) and of its subgraphs (by
+    :func:`scoped_name`: sibling bodies reuse names for other tensors, as the two decoders of an
+    optimum merged model do, and a flat dict typed one branch's tensors with the other's types)."""
     out: dict[str, onnx.ValueInfoProto] = {}
-    _value_infos(model.graph, out)
+    _value_infos(model.graph, out, "")
     return out
 
 
-def _value_infos(graph: onnx.GraphProto, out: dict[str, onnx.ValueInfoProto]) -> None:
-    for vi in (*graph.value_info, *graph.output):
-        out.setdefault(vi.name, vi)
-    for n in graph.node:
+#: Separates a body's scope from a name in :func:`scoped_name` (no exporter writes it in a name).
+SCOPE_MARK = "\x1f"
+
+
+def body_scope(scope: str, node_index: int, attribute: str, index: int | None = None) -> str:
+    """The scope of the body in attribute ``attribute`` (graph ``index`` of a list) of node
+    ``node_index`` of the graph whose scope is ``scope`` ("" for the main graph)."""
+    here = f"{node_index}.{attribute}" if index is None else f"{node_index}.{attribute}.{index}"
+    return f"{scope}/{here}" if scope else here
+
+
+def scoped_name(scope: str, name: str) -> str:
+    """The key of a body's tensor in :func:`value_infos` (the main graph's names are their own)."""
+    return f"{SCOPE_MARK}{scope}{SCOPE_MARK}{name}" if scope else name
+
+
+def _value_infos(graph: onnx.GraphProto, out: dict[str, onnx.ValueInfoProto], scope: str) -> None:
+    if not scope:  # the main graph (a 100k-node export's list): its names as they are
+        for vi in (*graph.value_info, *graph.output):
+            out.setdefault(vi.name, vi)
+    for vi in (*graph.value_info, *graph.output) if scope else ():
+        key = scoped_name(scope, vi.name)
+        if key not in out:
+            out[key] = _renamed(vi, key)
+    for k, n in enumerate(graph.node):
         for a in n.attribute:
-            for sub in [a.g] if a.HasField("g") else list(a.graphs):
-                _value_infos(sub, out)
+            if a.HasField("g"):
+                _value_infos(a.g, out, body_scope(scope, k, a.name))
+            for j, sub in enumerate(a.graphs):
+                _value_infos(sub, out, body_scope(scope, k, a.name, j))
+
+
+def _renamed(vi: onnx.ValueInfoProto, name: str) -> onnx.ValueInfoProto:
+    """A copy under its scoped name (the name travels with it through :func:`infos_to_bytes`)."""
+    copy = onnx.ValueInfoProto()
+    copy.CopyFrom(vi)
+    copy.name = name
+    return copy
 
 
 def infos_to_bytes(infos: dict[str, onnx.ValueInfoProto]) -> bytes:

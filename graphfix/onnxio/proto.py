@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator
 
 import onnx
 
@@ -23,6 +24,23 @@ WEIGHTLESS_ABOVE = 1024
 #: of every weight.
 _CHECK_WEIGHTLESS_ABOVE = 64 << 20
 _STUB_DATA = "graphfix-weightless.data"
+
+
+#: The ONNX ops with graph attributes (bodies).
+CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of the graph and of its If/Loop/Scan bodies, nested ones included, depth first
+    (only those ops' attributes are looked at)."""
+    for n in graph.node:
+        yield n
+        if n.op_type in CONTROL_FLOW:
+            for a in n.attribute:
+                if a.HasField("g"):
+                    yield from all_nodes(a.g)
+                for sub in a.graphs:
+                    yield from all_nodes(sub)
 
 
 def elements(t: onnx.TensorProto) -> int:

@@ -7,12 +7,18 @@ from __future__ import annotations
 import math
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field as default
 from pathlib import Path
 
 import onnx
 
 from graphfix.errors import GraphfixError, first_line
 from graphfix.onnxio import paths
+from graphfix.onnxio.dims import DeclaredDims, clear_subgraph_dims
+from graphfix.onnxio.dims import clear as clear_odd_dims
+from graphfix.onnxio.domains import notes as domain_notes
+from graphfix.onnxio.domains import without_contrib_ops
 from graphfix.onnxio.external import has_external
 from graphfix.onnxio.ir import MIN_OPSET, default_opset, runtime_compatible
 from graphfix.onnxio.proto import (
@@ -30,19 +36,21 @@ from graphfix.onnxio.proto import (
 
 
 def check_graph(model: onnx.ModelProto, where: str, checker: bool = True,
-                early: Callable[[onnx.ModelProto], None] | None = None) -> None:
+                early: Callable[[onnx.ModelProto], None] | None = None) -> Accepted:
     """Reject graphs graphfix cannot rewrite safely: unsupported opset, cycles, dangling inputs.
     ``checker=False``: all but onnx.checker, which the caller runs (:func:`reject_checker_problem`),
     e.g. in graphfix's worker beside the import. ``early``: called once the graph's declared
-    shapes are sane (onnx's inference aborts the process on a negative dim), before the walk over
-    every node: what it starts elsewhere runs meanwhile."""
-    _check_domains(model, where, early)
+    shapes are sane (dims of -1 and 0 cleared, :mod:`graphfix.onnxio.dims`), before the walk over
+    every node: what it starts elsewhere runs meanwhile. Changes ``model``: declared dims of -1
+    or 0 are cleared (returned, for the written model to get them back, with the notes)."""
+    accepted = _check_domains(model, where, early)
     opset = default_opset(model)
     newest = onnx.defs.onnx_opset_version()
     if not MIN_OPSET <= opset <= newest:
         raise GraphfixError(f"unsupported opset {opset} (graphfix handles {MIN_OPSET}..{newest})", where)
     if checker:
         reject_checker_problem(model, where, checker_problem(model))
+    return accepted
 
 
 def reject_checker_problem(model: onnx.ModelProto, where: str, problem: str | None) -> None:
@@ -75,6 +83,19 @@ def checker_input_of_weightless(work: bytes) -> bytes:
 
 
 def _check(data: bytes, from_file: bool, full_check: bool) -> None:
+    """onnx.checker on ``data``; where it stops at an op onnxruntime registers in the ONNX domain
+    ("No Op registered for SimplifiedLayerNormalization"), again with those ops out of its way
+    (:mod:`graphfix.onnxio.domains`): the same in the worker and here, at no cost otherwise."""
+    try:
+        _check_once(data, from_file, full_check)
+    except onnx.checker.ValidationError as exc:
+        moved = without_contrib_ops(data, str(exc))
+        if moved is None:
+            raise
+        _check_once(moved, from_file, full_check)
+
+
+def _check_once(data: bytes, from_file: bool, full_check: bool) -> None:
     if not from_file:
         onnx.checker.check_model(data, full_check=full_check)
         return
@@ -107,9 +128,30 @@ def _complaint(check) -> str | None:
     return None
 
 
-def _check_domains(model: onnx.ModelProto, where: str, early: Callable[[onnx.ModelProto], None] | None = None) -> None:
+@dataclass
+class Accepted:
+    """What the load let through that onnxruntime runs and onnx's tools alone would trip on: the
+    declared dims of -1 or 0 it cleared (:mod:`graphfix.onnxio.dims`) and the report's notes
+    about them and about :mod:`graphfix.onnxio.domains`."""
+
+    declared: DeclaredDims = default(default_factory=DeclaredDims)
+    notes: list[str] = default(default_factory=list)
+
+
+@dataclass
+class _Seen:
+    """Gathered by the one walk over every node (a second walk cost 0.2 s per 100k nodes)."""
+
+    ops: set[str] = default(default_factory=set)
+    domains: set[str] = default(default_factory=set)
+    subgraphs: list[onnx.GraphProto] = default(default_factory=list)
+
+
+def _check_domains(model: onnx.ModelProto, where: str,
+                   early: Callable[[onnx.ModelProto], None] | None = None) -> Accepted:
     """What onnx.checker lets through but graphfix cannot work on: no standard opset (a model of
-    ai.onnx.ml only), negative declared dims, more than protobuf's 2 GiB."""
+    ai.onnx.ml only), undecodable names and types, more than protobuf's 2 GiB. Declared dims of
+    -1 or 0 are not refused (onnxruntime runs such models): cleared, and returned."""
     bad = _undecodable_field(model)
     if bad:
         raise GraphfixError(f"invalid model: {bad} is not valid UTF-8", where)
@@ -118,14 +160,20 @@ def _check_domains(model: onnx.ModelProto, where: str, early: Callable[[onnx.Mod
         only = f"only {others}" if others else "its opset_import list is empty"
         raise GraphfixError(f"imports no standard ONNX opset ({only}); graphfix rewrites standard ONNX operators", where)
 
+    declared = clear_odd_dims(model, top_only=True)  # before ``early``: what it sends elsewhere is cleared
     problem = _declared_problem(model.graph)
     if not problem and early is not None:
         early(model)
-    problem = problem or _graph_problem(model.graph, declared=False)
+    seen = _Seen()
+    problem = problem or _graph_problem(model.graph, declared=False, seen=seen)
     if problem:
         raise GraphfixError(f"invalid graph: {problem}", where)
     if estimated_size(model) > paths.MAX_MODEL_BYTES:
         raise GraphfixError("model is larger than protobuf's 2 GiB limit; graphfix handles models up to 2 GiB for now", where)
+    declared.update(clear_subgraph_dims(seen.subgraphs))
+    return Accepted(declared, [*declared.notes(), *domain_notes(model, seen.ops, seen.domains)])
+
+
 #: Typed data field of each element type, and how many entries one element takes there.
 _FIELDS = {
     _T.FLOAT: ("float_data", 1), _T.COMPLEX64: ("float_data", 2), _T.DOUBLE: ("double_data", 1),
@@ -161,9 +209,6 @@ def _declared_problem(graph: onnx.GraphProto) -> str | None:
             if not isinstance(vi.name, str):
                 return f"a tensor name is not valid UTF-8 ({vi.name[:40]!r})"
             if vi.type.HasField("tensor_type"):
-                dims = [d.dim_value for d in vi.type.tensor_type.shape.dim if d.dim_value < 0]
-                if dims:
-                    return f"{kind} '{vi.name}' declares dimension {dims[0]} (dimensions are >= 0)"
                 if vi.type.tensor_type.elem_type not in _ELEMENT_TYPES or (kind == "input" and vi.type.tensor_type.elem_type == _T.UNDEFINED):
                     return f"{kind} '{vi.name}' declares an unknown element type ({vi.type.tensor_type.elem_type})"
                 if len(vi.type.tensor_type.shape.dim) > MAX_RANK:
@@ -171,23 +216,28 @@ def _declared_problem(graph: onnx.GraphProto) -> str | None:
     return None
 
 
-def _graph_problem(graph: onnx.GraphProto, declared: bool = True) -> str | None:
+def _graph_problem(graph: onnx.GraphProto, declared: bool = True, seen: _Seen | None = None) -> str | None:
     """One walk over the graph and its subgraphs for what would break graphfix later: a name
     protobuf could not decode as UTF-8 (it hands back bytes; a corrupt file), a string attribute
-    that is not UTF-8 (the importer decodes them), a declared dimension
-    below 0 (onnx's shape inference aborts the process on those), an initializer or Constant value
+    that is not UTF-8 (the importer decodes them), an initializer or Constant value
     whose data does not hold prod(dims) elements (numpy's reshape would fail inside a pass).
-    ``declared=False``: the graph's own inputs, outputs and value_info are checked already."""
+    ``declared=False``: the graph's own inputs, outputs and value_info are checked already.
+    ``seen``: gathers the ops, domains and subgraphs met."""
     found = _declared_problem(graph) if declared else None
     if found:
         return found
+    seen = seen if seen is not None else _Seen()
+    ops, domains = seen.ops, seen.domains
     tensors = list(graph.initializer)
     for n in graph.node:
+        op, domain = n.op_type, n.domain
         try:
-            "".join((n.name, n.op_type, n.domain, *n.input, *n.output))
+            "".join((n.name, op, domain, *n.input, *n.output))
         except TypeError:
-            bad = next(t for t in (n.name, n.op_type, n.domain, *n.input, *n.output) if not isinstance(t, str))
+            bad = next(t for t in (n.name, op, domain, *n.input, *n.output) if not isinstance(t, str))
             return f"a node name or tensor name is not valid UTF-8 ({bad[:40]!r})"
+        ops.add(op)
+        domains.add(domain)
         attributes = n.attribute
         if not attributes:
             continue
@@ -199,7 +249,8 @@ def _graph_problem(graph: onnx.GraphProto, declared: bool = True) -> str | None:
                 tensors.append(a.t)
             tensors.extend(a.tensors)
             for g in [a.g] if a.HasField("g") else list(a.graphs):
-                found = _graph_problem(g)
+                seen.subgraphs.append(g)
+                found = _graph_problem(g, seen=seen)
                 if found:
                     return found
     for t in tensors:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import tensor_dtype
+from graphfix.graph import replace_tensor, tensor_dtype
 from graphfix.graph.build import Skip
 from graphfix.passes.base import Context
 
@@ -59,3 +59,11 @@ def float_type(node: gs.Node, *candidates: int) -> np.dtype:
                     break
                 return dtype
     raise Skip(f"the type of {node.op} is unknown or not a numpy float (bfloat16 is left as is)")
+
+
+def replace_typed(graph: gs.Graph, old: gs.Tensor, new: gs.Tensor, dtype: np.dtype) -> None:
+    """replace_tensor, and ``old`` typed ``dtype`` where inference left it untyped (after a contrib op):
+    the next contrib op reads its type from it."""
+    replace_tensor(graph, old, new)
+    if old.dtype is None:
+        old.dtype = dtype

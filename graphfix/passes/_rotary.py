@@ -35,15 +35,18 @@ def rotate(b: Builder, node: gs.Node, x: gs.Tensor, cos: gs.Tensor, sin: gs.Tens
         if head is None:
             raise Skip("the head size (last dim of X) is not static (export with a fixed head size)")
     rd = int(node.attrs.get("rotary_embedding_dim", 0)) or head
-    if rd % 2 or rd > head:
-        raise Skip(f"rotary_embedding_dim {rd} is odd or larger than the head size {head}")
+    if rd < 0 or rd % 2 or rd > head:
+        raise Skip(f"rotary_embedding_dim {rd} is negative, odd or larger than the head size {head}")
+    interleaved = int(node.attrs.get("interleaved", 0))
+    if interleaved not in (0, 1):  # onnxruntime does not read 7 as 1: out of the op's definition, left as it is
+        raise Skip(f"interleaved {interleaved} is not one the op defines (0 or 1)")
     if positions is not None:
         cos = b.op("Gather", [cos, positions], {"axis": 0}, dtype=dtype)
         sin = b.op("Gather", [sin, positions], {"axis": 0}, dtype=dtype)
     heads_axis = 2 if three_d else 1
     cos, sin = b.unsqueeze(cos, [heads_axis]), b.unsqueeze(sin, [heads_axis])
     rotated = _rotate(b, x4 if rd == head else b.slice(x4, [0], [rd], axes=[-1]), cos, sin, rd,
-                      bool(node.attrs.get("interleaved", 0)), dtype)
+                      bool(interleaved), dtype)
     out = rotated if rd == head else b.concat([rotated, b.slice(x4, [rd], [_INT_MAX], axes=[-1])], -1)
     if three_d:
         out = b.reshape(out, np.array([0, 0, hidden], np.int64))

@@ -328,4 +328,5 @@ PASS = Pass(
     ),
     rewrite=rewrite,
     doc=__doc__ or "",
+    domains=frozenset({"", "ai.onnx", ATEN_DOMAIN}),
 )

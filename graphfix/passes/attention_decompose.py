@@ -53,11 +53,15 @@ bfloat16 Q/K/V (and masks, caches) are cast to float32, decomposed there and the
 back (numpy has no bfloat16 for the constants; within one bfloat16 rounding of the op's cases).
 
 Left out (findings): unknown Q rank, V of another type than Q, query heads not a multiple of
-the key/value heads, a bfloat16 ``softmax_precision`` on fp16/fp32/fp64 Q. Mode 2's masked
+the key/value heads, a bfloat16 ``softmax_precision`` on fp16/fp32/fp64 Q, attributes outside
+the op's definition (``is_causal`` other than 0/1, which onnxruntime reads as 0; a NaN, infinite or
+negative ``scale``, an infinite ``softcap``). Mode 2's masked
 entries are ``-inf`` as specified; onnxruntime writes the lowest float there instead.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import onnx
@@ -65,7 +69,6 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input, replace_tensor, tensor_dtype
 from graphfix.graph.build import Skip
-from graphfix.passes._elementwise import onnx_domain
 from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule
 
 #: Static masks up to this many elements become one constant.
@@ -78,16 +81,14 @@ Dim = int | gs.Tensor  # a static length, or a runtime int64 scalar
 
 # ------------------------------------------------------------------ predicates
 def _extra_outputs(node: gs.Node, ctx: Context) -> bool:
-    return onnx_domain(node, ctx) and any(t.name for t in node.outputs[1:])
+    return any(t.name for t in node.outputs[1:])
 
 
 def _past(node: gs.Node, ctx: Context) -> bool:
-    return onnx_domain(node, ctx) and optional_input(node, 4) is not None or optional_input(node, 5) is not None
+    return optional_input(node, 4) is not None or optional_input(node, 5) is not None
 
 
 def _ignored_attributes(node: gs.Node, ctx: Context) -> bool:
-    if not onnx_domain(node, ctx):  # com.microsoft Attention: contrib-attention-lower's
-        return False
     window = int(node.attrs.get("left_window_size", -1)) >= 0 or int(node.attrs.get("right_window_size", -1)) >= 0
     return float(node.attrs.get("softcap", 0.0)) != 0.0 or window or optional_input(node, 6) is not None
 
@@ -95,8 +96,6 @@ def _ignored_attributes(node: gs.Node, ctx: Context) -> bool:
 def _not_rank4(node: gs.Node, ctx: Context) -> bool:
     """3-D Q/K/V, or a mask of rank < 4 or covering fewer keys than there are (statically)."""
     q, mask = node.inputs[0], optional_input(node, 3)
-    if not onnx_domain(node, ctx):
-        return False
     if q.shape is not None and len(q.shape) == 3:
         return True
     if mask is None or mask.shape is None:
@@ -140,6 +139,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     mode = int(a.get("qk_matmul_output_mode", 0))
     if mode not in (0, 1, 2, 3):
         raise Skip(f"qk_matmul_output_mode {mode} is not one the op defines (0-3)")
+    _check_numbers(a)
     q_heads, kv_heads, head = _heads(node)
 
     def value(t: gs.Tensor) -> gs.Tensor:
@@ -186,6 +186,19 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     for k_out, new in zip(node.outputs, (y, k_all, v_all, qk), strict=False):
         if k_out is node.outputs[0] or _used(k_out, ctx):
             replace_tensor(ctx.graph, k_out, b.op("Cast", [new], {"to": onnx.TensorProto.BFLOAT16}) if bf16 else new)
+
+
+def _check_numbers(a: dict) -> None:
+    """Attributes the op defines narrower than their type, left as they are (the model as
+    exported is its author's to fix): is_causal is 0 or 1 (onnxruntime does not read 7 as 1), and
+    scale and softcap are numbers (NaN has no decomposition; Q and K are each scaled by the square
+    root of scale, which a negative scale has not)."""
+    if int(a.get("is_causal", 0)) not in (0, 1):
+        raise Skip(f"is_causal {a['is_causal']} is not one the op defines (0 or 1)")
+    if "scale" in a and not (math.isfinite(float(a["scale"])) and float(a["scale"]) >= 0):
+        raise Skip(f"scale {a['scale']} is not decomposed (a finite number >= 0: Q and K are each scaled by its square root)")
+    if not math.isfinite(float(a.get("softcap", 0.0))):
+        raise Skip(f"softcap {a['softcap']} is not a finite number")
 
 
 def _is_bf16(t: gs.Tensor) -> bool:
@@ -387,7 +400,7 @@ PASS = Pass(
     summary="Rewrite ONNX Attention (opset 23-25: GQA, masks, causal, KV cache, softcap, nonpad_kv_seqlen) into MatMul/Softmax/Where.",
     ops=frozenset({"Attention"}),
     rules=(
-        Rule(NO_IMPORTER, "<10.14", "no Attention importer (first in 10.14)", onnx_domain, error="unsupported-op-plugin-fallback-generic",
+        Rule(NO_IMPORTER, "<10.14", "no Attention importer (first in 10.14)", error="unsupported-op-plugin-fallback-generic",
              evidence="operator table (Attention from 10.14); changelog 10.14"),
         Rule(LIMIT, ">=10.14", "present_key/present_value/qk_matmul_output listed: \"TensorRT only supports Attention nodes "
              "with one output\"", _extra_outputs, error="attention-unsupported-form",

@@ -103,6 +103,8 @@ class Rule:
     evidence: str = ""
     #: False where the evidence is thin (the finding then says "uncertain").
     certain: bool = True
+    #: Quote the example of ``error`` (errors.json) that holds this text.
+    quote: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -149,6 +151,11 @@ class Pass:
     doc: str = ""
     #: What ``--force NAME`` rewrites (default: every node with any rule's pattern).
     forced: Predicate | None = None
+    #: The node domains this pass rewrites: the ONNX domain's by default, so that onnxruntime's
+    #: com.microsoft namesakes (Attention, RotaryEmbedding, LayerNormalization: other inputs and
+    #: semantics) are left alone. A lowering of onnxruntime's contrib ops names their domain here,
+    #: and ``check`` then names it as the fix for those ops' plugin findings.
+    domains: frozenset[str] = frozenset({"", "ai.onnx"})
     #: False for a rewrite that changes results by design (re-quantizing, dequantizing): it is
     #: never in ``PIPELINE``, so ``all``/``auto``/a pass list never run it; only its own run
     #: option does, as a whole-model step judged by a documented bound (graphfix.passes.OPT_IN).
@@ -179,7 +186,7 @@ class Pass:
         for bench/scale.py's 25,000 Clips, and the generator and two calls per rule were half
         of it)."""
         op = node.op
-        if op not in self.ops:
+        if op not in self.ops or (node.domain or "") not in self.domains:
             return None
         trt = ctx.trt
         for r in self.rules:
@@ -190,7 +197,7 @@ class Pass:
         return None
 
     def match(self, node: gs.Node, ctx: Context) -> bool:
-        if node.op not in self.ops:
+        if node.op not in self.ops or (node.domain or "") not in self.domains:
             return False
         if ctx.force:
             return self.forced(node, ctx) if self.forced is not None else any(r.pattern(node, ctx) for r in self.rules)
@@ -200,6 +207,8 @@ class Pass:
         """Why ``match`` does not fire on ``node`` (for `graphfix explain --model`)."""
         if node.op not in self.ops:
             return f"{self.name} rewrites {', '.join(sorted(self.ops))}, not {node.op}"
+        if (node.domain or "") not in self.domains:
+            return f"{self.name} rewrites the ONNX domain's {node.op}, not {node.domain}::{node.op}"
         target = f"TensorRT {ctx.trt}" if ctx.trt is not None else "any release"
         reasons = []
         for r in self.rules:

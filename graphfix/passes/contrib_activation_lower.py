@@ -28,9 +28,9 @@ import math
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Builder, optional_input, replace_tensor
+from graphfix.graph import Builder, optional_input
 from graphfix.graph.build import Skip
-from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft
+from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft, replace_typed
 from graphfix.passes._elementwise import swish
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
@@ -86,7 +86,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
         y = b.op("Add", [b.op("Add", [node.inputs[0], node.inputs[1]]), node.inputs[2]])
     else:
         y = _bias_split_gelu(b, node, dtype)
-    replace_tensor(ctx.graph, node.outputs[0], y)
+    replace_typed(ctx.graph, node.outputs[0], y, dtype)
 
 
 PASS = Pass(
@@ -104,4 +104,5 @@ PASS = Pass(
     ),
     rewrite=rewrite,
     doc=__doc__ or "",
+    domains=frozenset({"com.microsoft"}),
 )

@@ -39,7 +39,7 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input, replace_tensor, static_shape, tensor_dtype
 from graphfix.graph.build import Skip
-from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft, used
+from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft, replace_typed, used
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
 DEFAULT_MASK_FILTER = -10000.0
@@ -91,7 +91,9 @@ def _causal(b: Builder, q_len: gs.Tensor, total: gs.Tensor) -> gs.Tensor:
 
 
 def _penalty(b: Builder, hidden: gs.Tensor, value: float, dtype: np.dtype) -> gs.Tensor:
-    """``value`` where ``hidden`` is true, 0 elsewhere."""
+    """``value`` where ``hidden`` is true, 0 elsewhere (a filter value beyond the type's range, as
+    optimum writes float32's lowest into fp16 models, is the type's lowest)."""
+    value = max(value, float(np.finfo(dtype).min))
     return b.op("Where", [hidden, np.array(value, dtype), np.array(0, dtype)], dtype=dtype)
 
 
@@ -116,6 +118,18 @@ def _attend(ctx: Context, node: gs.Node, q: gs.Tensor, k: gs.Tensor, v: gs.Tenso
     return b.reshape(out, np.array([0, 0, hv], np.int64))
 
 
+def _hidden_sizes(q: gs.Tensor, k: gs.Tensor, v: gs.Tensor, bias: gs.Tensor | None) -> tuple[int, int, int]:
+    """Q/K/V hidden sizes: their static last dims, or (onnx's inference types nothing after another
+    contrib op) thirds of the bias, which is the three biases one after another."""
+    dims = [t.shape[2] if t.shape is not None else None for t in (q, k, v)]
+    if all(isinstance(d, (int, np.integer)) for d in dims):
+        return int(dims[0]), int(dims[1]), int(dims[2])
+    length = bias.shape[0] if bias is not None and bias.shape is not None and len(bias.shape) == 1 else None
+    if isinstance(length, (int, np.integer)) and length % 3 == 0 and all(d in (None, length // 3) for d in dims):
+        return (int(length) // 3,) * 3
+    raise Skip("the query/key/value hidden sizes are not static (and there is no bias to read them from)")
+
+
 def _multi_head(node: gs.Node, ctx: Context) -> None:
     """MultiHeadAttention with separate 3-D query/key/value ``[B, S|L, hidden]``."""
     if any(optional_input(node, i) is not None for i in (8, 9)):
@@ -123,14 +137,13 @@ def _multi_head(node: gs.Node, ctx: Context) -> None:
     if len(node.outputs) > 3 and used(node.outputs[3], ctx.graph):
         raise Skip("the qk output is read")
     q, k, v = node.inputs[0], optional_input(node, 1), optional_input(node, 2)
-    if k is None or v is None or any(t.shape is None or len(t.shape) != 3 for t in (q, k, v)):
+    if k is None or v is None or any(t.shape is not None and len(t.shape) != 3 for t in (q, k, v)):
         raise Skip("only separate 3-D query/key/value are lowered (not packed QKV/KV or 4-D key/value caches)")
     dtype = float_type(node, 0, 1, 2, 3)
     heads = int(node.attrs.get("num_heads", 0))
-    hq, hk, hv = q.shape[2], k.shape[2], v.shape[2]
-    if heads <= 0 or not all(isinstance(d, (int, np.integer)) and d % heads == 0 for d in (hq, hk, hv)):
-        raise Skip("num_heads must divide static query/key/value hidden sizes")
-    hq, hk, hv = int(hq), int(hk), int(hv)
+    hq, hk, hv = _hidden_sizes(q, k, v, optional_input(node, 3))
+    if heads <= 0 or any(d % heads for d in (hq, hk, hv)):
+        raise Skip(f"num_heads {heads} must divide the query/key/value hidden sizes {hq}/{hk}/{hv}")
     b = ctx.builder
     bias = optional_input(node, 3)
     if bias is not None:
@@ -142,7 +155,7 @@ def _multi_head(node: gs.Node, ctx: Context) -> None:
     if past_key is not None and past_value is not None:
         k, v = b.concat([past_key, k], 2), b.concat([past_value, v], 2)
     out = _attend(ctx, node, q, k, v, node.inputs[0], optional_input(node, 4), optional_input(node, 5), hq // heads, hv, dtype)
-    replace_tensor(ctx.graph, node.outputs[0], out)
+    replace_typed(ctx.graph, node.outputs[0], out, dtype)
     for index, tensor in ((1, k), (2, v)):
         if len(node.outputs) > index and used(node.outputs[index], ctx.graph):
             replace_tensor(ctx.graph, node.outputs[index], tensor)
@@ -177,7 +190,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
         k = b.concat([b.squeeze(b.slice(past, [0], [1], [0]), [0]), k], 2)
         v = b.concat([b.squeeze(b.slice(past, [1], [2], [0]), [0]), v], 2)
     out = _attend(ctx, node, q, k, v, x, optional_input(node, 3), optional_input(node, 5), hq // heads, hv, dtype)
-    replace_tensor(ctx.graph, node.outputs[0], out)
+    replace_typed(ctx.graph, node.outputs[0], out, dtype)
     if len(node.outputs) > 1 and used(node.outputs[1], ctx.graph):
         if past is None:
             raise Skip("present is read but there is no past (onnxruntime requires both)")
@@ -196,4 +209,5 @@ PASS = Pass(
     ),
     rewrite=rewrite,
     doc=__doc__ or "",
+    domains=frozenset({"com.microsoft"}),
 )

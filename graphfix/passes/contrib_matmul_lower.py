@@ -25,9 +25,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Builder, optional_input, replace_tensor, tensor_dtype
+from graphfix.graph import Builder, optional_input, tensor_dtype
 from graphfix.graph.build import Skip
-from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft
+from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft, replace_typed
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
@@ -104,7 +104,7 @@ _REWRITES = {"FusedMatMul": _fused_matmul, "TransposeMatMul": _fused_matmul, "Fu
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
-    replace_tensor(ctx.graph, node.outputs[0], _REWRITES[node.op](node, ctx))
+    replace_typed(ctx.graph, node.outputs[0], _REWRITES[node.op](node, ctx), float_type(node, 0, 1, 2))
 
 
 PASS = Pass(
@@ -117,4 +117,5 @@ PASS = Pass(
     ),
     rewrite=rewrite,
     doc=__doc__ or "",
+    domains=frozenset({"com.microsoft"}),
 )

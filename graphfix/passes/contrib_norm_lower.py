@@ -43,7 +43,14 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input, replace_tensor
 from graphfix.graph.build import Skip
-from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft, microsoft_or_default, used
+from graphfix.passes._contrib import (
+    NO_CONTRIB_IMPORTER,
+    float_type,
+    microsoft,
+    microsoft_or_default,
+    replace_typed,
+    used,
+)
 from graphfix.passes._norm import (
     element_count,
     mean_over,
@@ -120,7 +127,7 @@ def _skip_layer_norm(node: gs.Node, ctx: Context) -> None:
     b = ctx.builder
     s = _skip_sum(node, ctx, 4)
     y, m = _layer_norm(node, ctx, s, dtype)
-    replace_tensor(ctx.graph, node.outputs[0], _affine(b, y, node.inputs[2], optional_input(node, 3)))
+    replace_typed(ctx.graph, node.outputs[0], _affine(b, y, node.inputs[2], optional_input(node, 3)), dtype)
     _replace_if_used(ctx, node, 1, lambda: m.mean)
     _replace_if_used(ctx, node, 2, lambda: _reciprocal(b, m.std))
     _replace_if_used(ctx, node, 3, lambda: s)
@@ -131,7 +138,7 @@ def _skip_simplified(node: gs.Node, ctx: Context) -> None:
     b = ctx.builder
     s = _skip_sum(node, ctx, 3)
     y, rms = _rms_norm(node, ctx, s, dtype)
-    replace_tensor(ctx.graph, node.outputs[0], b.op("Mul", [y, node.inputs[2]]))
+    replace_typed(ctx.graph, node.outputs[0], b.op("Mul", [y, node.inputs[2]]), dtype)
     if len(node.outputs) > 1 and used(node.outputs[1], ctx.graph):
         raise Skip("the mean output of SkipSimplifiedLayerNormalization is read (onnxruntime leaves it undefined)")
     _replace_if_used(ctx, node, 2, lambda: _reciprocal(b, rms))
@@ -143,7 +150,7 @@ def _simplified(node: gs.Node, ctx: Context) -> None:
     dtype = float_type(node, 0, 1)
     stash_dtype(node)
     y, rms = _rms_norm(node, ctx, x, dtype, _first_axis(node, x))
-    replace_tensor(ctx.graph, node.outputs[0], ctx.builder.op("Mul", [y, node.inputs[1]]))
+    replace_typed(ctx.graph, node.outputs[0], ctx.builder.op("Mul", [y, node.inputs[1]]), dtype)
     _replace_if_used(ctx, node, 1, lambda: _reciprocal(ctx.builder, rms))
 
 
@@ -153,7 +160,7 @@ def _contrib_layer_norm(node: gs.Node, ctx: Context) -> None:
     stash_dtype(node)
     b = ctx.builder
     y, m = _layer_norm(node, ctx, x, dtype, _first_axis(node, x))
-    replace_tensor(ctx.graph, node.outputs[0], _affine(b, y, optional_input(node, 1), optional_input(node, 2)))
+    replace_typed(ctx.graph, node.outputs[0], _affine(b, y, optional_input(node, 1), optional_input(node, 2)), dtype)
     _replace_if_used(ctx, node, 1, lambda: m.mean)
     _replace_if_used(ctx, node, 2, lambda: _reciprocal(b, m.std))
 
@@ -174,11 +181,14 @@ def _embed_layer_norm(node: gs.Node, ctx: Context) -> None:
     if segment_ids is not None and segment_table is not None:
         s = b.op("Add", [s, b.op("Gather", [segment_table, segment_ids], {"axis": 0})])
     y, _ = _layer_norm(node, ctx, s, dtype)
-    replace_tensor(ctx.graph, node.outputs[0], _affine(b, y, gamma, beta))
+    replace_typed(ctx.graph, node.outputs[0], _affine(b, y, gamma, beta), dtype)
     if len(node.outputs) > 1 and used(node.outputs[1], ctx.graph):
         if int(node.attrs.get("mask_index_type", 1)) != 1:
             raise Skip("mask_index is read but mask_index_type is not 1")
-        replace_tensor(ctx.graph, node.outputs[1], _mask_index(b, ids, mask))
+        mask_index = node.outputs[1]
+        replace_tensor(ctx.graph, mask_index, _mask_index(b, ids, mask))
+        if mask_index.shape is None:  # [batch]: contrib-attention-lower reads its rank to tell the mask's form
+            mask_index.shape = [ids.shape[0] if ids.shape else "batch"]
     _replace_if_used(ctx, node, 2, lambda: s)
 
 
@@ -235,4 +245,5 @@ PASS = Pass(
     ),
     rewrite=rewrite,
     doc=__doc__ or "",
+    domains=frozenset({"", "ai.onnx", "com.microsoft"}),
 )

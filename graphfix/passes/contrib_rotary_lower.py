@@ -21,9 +21,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import replace_tensor
 from graphfix.graph.build import Skip
-from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft
+from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft, replace_typed
 from graphfix.passes._rotary import rotate
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
@@ -42,7 +41,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
         seq = b.squeeze(b.slice(b.shape(x), [len(x.shape) - 2], [len(x.shape) - 1], [0]), [0])
         arange = b.op("Range", [np.array(0, np.int64), seq, np.array(1, np.int64)], dtype=np.int64)
         positions = b.unsqueeze(b.op("Add", [arange, b.cast(positions, np.int64)], dtype=np.int64), [0])
-    replace_tensor(ctx.graph, node.outputs[0], rotate(b, node, x, cos, sin, positions, dtype))
+    replace_typed(ctx.graph, node.outputs[0], rotate(b, node, x, cos, sin, positions, dtype), dtype)
 
 
 PASS = Pass(
@@ -55,4 +54,5 @@ PASS = Pass(
     ),
     rewrite=rewrite,
     doc=__doc__ or "",
+    domains=frozenset({"com.microsoft"}),
 )

@@ -224,5 +224,6 @@ PASS = Pass(
     ),
     rewrite=rewrite,
     doc=__doc__ or "",
+    domains=frozenset({"", "ai.onnx", MS_DOMAIN}),
     exact=False,
 )

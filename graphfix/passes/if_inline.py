@@ -62,6 +62,17 @@ def _branch_shapes_differ(node: gs.Node, ctx: Context) -> bool:
     return any(_shapes_differ(a, b) for a, b in zip(then.outputs, other.outputs, strict=False))
 
 
+def _branch_shapes_unknown(node: gs.Node, ctx: Context) -> bool:
+    """A computed condition that folds, and a pair of branch outputs whose shapes are not known
+    (TorchScript's ``if x.dim() == 2`` branches: an Unsqueeze on one side, the input on the
+    other, typed only after the If is gone): TensorRT imports both branches as a runtime
+    conditional, and whether their shapes agree is only learnt at build time."""
+    then, other = node.attrs.get("then_branch"), node.attrs.get("else_branch")
+    if not isinstance(then, gs.Graph) or not isinstance(other, gs.Graph) or not _computed(node, ctx):
+        return False
+    return any(a.shape is None or b.shape is None for a, b in zip(then.outputs, other.outputs, strict=False))
+
+
 def _branches_share_outputs(node: gs.Node, ctx: Context) -> bool:
     then, other = node.attrs.get("then_branch"), node.attrs.get("else_branch")
     if not isinstance(then, gs.Graph) or not isinstance(other, gs.Graph) or not _computed(node, ctx):
@@ -139,6 +150,11 @@ PASS = Pass(
         Rule(LIMIT, ">=8.0", "If branches return different ranks/shapes and the folding condition is not an initializer",
              _branch_shapes_differ, error="if-branch-shape-mismatch",
              evidence="importer source 8.0-10.1 (only initializer conditions are inlined); NVIDIA/TensorRT#1731"),
+        Rule(LIMIT, ">=8.0", "the If's condition folds but is computed, so TensorRT builds both branches as a runtime "
+             "conditional, and their output shapes are not known to agree", _branch_shapes_unknown,
+             error="if-branch-shape-mismatch", certain=False,
+             evidence="importer source 8.5-GA builtin_op_importers.cpp and 10.1-GA onnxOpImporters.cpp, If: only a "
+                      "condition that is weights selects one branch; any other builds an IIfConditional of both"),
         Rule(LIMIT, ">=8.0", "both If branches return the same tensor and the folding condition is not an initializer",
              _branches_share_outputs, error="if-branch-outputs-count-or-names",
              evidence="operator table (distinct tensor names); NVIDIA/TensorRT#2723"),

@@ -184,4 +184,5 @@ PASS = Pass(
     ),
     rewrite=rewrite,
     doc=__doc__ or "",
+    domains=frozenset({"", "ai.onnx", "com.microsoft"}),
 )

@@ -1,11 +1,11 @@
 """resize-nearest-mode: a nearest Resize whose coordinate/rounding combination the parser
 refuses, as the same Resize in an accepted combination, or as constant-index Gathers.
 
-Why: every importer from 8.0-GA to 10.1-GA and main asserts ``transformationMode !=
+Why: the importers of 8.0-GA ... 8.6-GA and 9.0-GA (``builtin_op_importers.cpp`` ``importResize``)
+and 10.0-GA, 10.1-GA and main (``onnxOpCheckers.cpp``) assert ``transformationMode !=
 "tf_half_pixel_for_nn" || nearest_mode == "round_prefer_floor"`` ("This version of TensorRT only
-support round_prefer_floor nearest mode in tf_half_pixel_for_nn!": ``builtin_op_importers.cpp``
-8.0-GA ... 8.6-GA ``importResize``, ``builtin_op_static_checkers.cpp`` 9.3, ``onnxOpCheckers.cpp``
-10.0-GA/10.1-GA/main). tf2onnx writes exactly that for ``tf.image.resize(method="nearest")`` and
+support round_prefer_floor nearest mode in tf_half_pixel_for_nn!"); 9.1-9.3 dropped the check
+and round half down there, other pixels than onnxruntime's (wrong results). tf2onnx writes exactly that for ``tf.image.resize(method="nearest")`` and
 Keras ``UpSampling2D``/``Resizing(interpolation="nearest")`` with half-pixel centers:
 ``coordinate_transformation_mode=tf_half_pixel_for_nn, nearest_mode=floor`` (fixtures/real
 tf2onnx_resize_nearest_op13/op17).
@@ -39,7 +39,7 @@ import onnx_graphsurgeon as gs
 from graphfix.graph import replace_tensor
 from graphfix.graph.build import Skip
 from graphfix.passes._resize import F32, Plan, attr, coordinate
-from graphfix.passes.base import LIMIT, Context, Pass, Rule
+from graphfix.passes.base import LIMIT, WRONG_RESULTS, Context, Pass, Rule
 
 
 def _refused_combination(node: gs.Node, ctx: Context) -> bool:
@@ -95,10 +95,18 @@ PASS = Pass(
     summary="Rewrite a nearest Resize the parser refuses (tf_half_pixel_for_nn with floor: half_pixel + round_prefer_ceil; other roundings: constant-index Gathers).",
     ops=frozenset({"Resize"}),
     rules=(
-        Rule(LIMIT, ">=8.0", "Resize tf_half_pixel_for_nn needs nearest_mode round_prefer_floor (\"This version of TensorRT "
-             "only support round_prefer_floor nearest mode in tf_half_pixel_for_nn!\")", _refused_combination,
-             evidence="importer source: builtin_op_importers.cpp importResize 8.0-GA..8.6-GA, builtin_op_static_checkers.cpp "
-                      "9.3, onnxOpCheckers.cpp 10.0-GA/10.1-GA/main"),
+        Rule(LIMIT, ">=8.0,<9.1 || >=10.0", "Resize tf_half_pixel_for_nn needs nearest_mode round_prefer_floor (\"This "
+             "version of TensorRT only support round_prefer_floor nearest mode in tf_half_pixel_for_nn!\")",
+             _refused_combination, error="resize-nearest-mode", quote="tf_half_pixel_for_nn",
+             evidence="importResize: ASSERT(transformationMode != \"tf_half_pixel_for_nn\" || nearest_mode == "
+                      "\"round_prefer_floor\"), builtin_op_importers.cpp 8.0-GA..8.6-GA, 9.0-GA; the same STATIC_CHECK in "
+                      "onnxOpCheckers.cpp 10.0-GA, 10.1-GA, main@7ecb49a (9.1-9.3 dropped the check); docs/operators.md "
+                      "lists tf_half_pixel_for_nn and every nearest_mode without the pairing"),
+        Rule(WRONG_RESULTS, ">=9.1,<10.0", "Resize tf_half_pixel_for_nn with a nearest_mode other than round_prefer_floor: "
+             "9.1-9.3 ignore nearest_mode there and round half down (other pixels than onnxruntime's)",
+             _refused_combination,
+             evidence="importResize, builtin_op_importers.cpp 9.1, 9.2, 9.3: no check; tf_half_pixel_for_nn becomes "
+                      "HALF_PIXEL with ResizeRoundMode::kCEIL and nearest_mode is applied only to the other modes"),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",

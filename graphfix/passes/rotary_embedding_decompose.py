@@ -27,7 +27,8 @@ Cost (``bench/newops_latency.py``, onnxruntime 1.32 CPU, 1 thread, a shared and 
 passes instead of one); TensorRT fuses adjacent pointwise layers.
 
 Left out (findings): a head size that is not static (the halves are static slices), a 3-D X
-without ``num_heads``, bfloat16.
+without ``num_heads``, bfloat16, attributes outside the op's definition (``interleaved`` other
+than 0/1, which onnxruntime reads as 0; a negative ``rotary_embedding_dim``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import optional_input, replace_tensor
-from graphfix.passes._elementwise import float_dtype, onnx_domain
+from graphfix.passes._elementwise import float_dtype
 from graphfix.passes._rotary import rotate
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 from graphfix.trt.support import evidence
@@ -52,7 +53,7 @@ PASS = Pass(
     summary="Rewrite RotaryEmbedding (opset 23; interleaved, partial, 3-D, position_ids) into Gather/Slice/Mul/Sub/Add/Concat.",
     ops=frozenset({"RotaryEmbedding"}),
     rules=(
-        Rule(NO_IMPORTER, "<10.15", "no RotaryEmbedding importer before TensorRT 10.15", onnx_domain,
+        Rule(NO_IMPORTER, "<10.15", "no RotaryEmbedding importer before TensorRT 10.15",
              error="unsupported-op-plugin-fallback-generic",
              evidence=evidence("10.15")),
     ),

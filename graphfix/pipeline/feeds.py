@@ -60,7 +60,8 @@ def _unrun_shapes(model: onnx.ModelProto, settings: Settings, source: str | None
     shapes = [s for s in choice.shapes if s]
     if shapes:
         why += f"; the shapes below, for the printed TensorRT profile only, were not run ({choice.reason})"
-    return {"reason": why, "shapes": [{k: list(v) for k, v in s.items()} for s in shapes]}
+    return {"reason": why, "shapes": [{k: list(v) for k, v in s.items()} for s in shapes],
+            "guessed": choice.guessed if shapes else []}
 
 
 def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: str | None,
@@ -116,7 +117,7 @@ def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: s
         else:
             report.notes.append(f"profile shapes {shapes_mod.describe(full)} not verified: onnxruntime cannot run them ({error})")
     report.shapes = {"reason": choice.reason, "tried": choice.tried,
-                     "shapes": [{k: list(v) for k, v in s.items()} for s in choice.shapes]}
+                     "shapes": [{k: list(v) for k, v in s.items()} for s in choice.shapes], "guessed": choice.guessed}
     feeds = []
     for s in choice.shapes:
         feeds += inputs_mod.make_inputs(model, s, settings.val_range, settings.seed, settings.iterations)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from itertools import islice
 from typing import Any
 
 import onnx
@@ -63,14 +64,35 @@ def _auto(settings: Settings) -> bool:
 
 
 # ---------------------------------------------------------------------- passes on one graph
-def _signature(graph: gs.Graph) -> list[tuple]:
+#: The inputs/outputs (names, dtypes, shapes) of the main graph, and of each If/Loop/Scan body by id.
+Signature = tuple[list[tuple], dict[int, tuple[gs.Graph, list[tuple]]]]
+
+
+def _ends(graph: gs.Graph) -> list[tuple]:
     return [(t.name, str(t.dtype), tuple(t.shape) if t.shape is not None else None) for t in [*graph.inputs, *graph.outputs]]
 
 
-def _ensure(p: Pass, graph: gs.Graph, trt: TrtVersion | None, force: bool, skipped: set[str], signature: list[tuple]) -> str:
-    """The pass's post-condition: what is still wrong, or ""."""
-    if _signature(graph) != signature:
+def _signature(graph: gs.Graph) -> Signature:
+    return _ends(graph), {id(g): (g, _ends(g)) for g in islice(all_graphs(graph), 1, None)}
+
+
+def _changed_ends(graph: gs.Graph, signature: Signature) -> str:
+    """Which graph's inputs/outputs a pass changed: the main graph's, or a body's that is still
+    there (if-inline removes bodies, and the copies it inlines are new)."""
+    if _ends(graph) != signature[0]:
         return "graph inputs/outputs changed (names, dtypes or shapes)"
+    for g in islice(all_graphs(graph), 1, None):
+        before = signature[1].get(id(g))
+        if before is not None and before[0] is g and _ends(g) != before[1]:
+            return f"the inputs/outputs of body '{g.name}' changed (names, dtypes or shapes)"
+    return ""
+
+
+def _ensure(p: Pass, graph: gs.Graph, trt: TrtVersion | None, force: bool, skipped: set[str], signature: Signature) -> str:
+    """The pass's post-condition: what is still wrong, or ""."""
+    changed = _changed_ends(graph, signature)
+    if changed:
+        return changed
     for g in all_graphs(graph):
         g.opset = graph.opset
         ctx = Context(g, Builder(g, "ensure"), Folder(g), None if force else trt, force)
@@ -138,12 +160,16 @@ def run_passes(graph: gs.Graph, chosen: list[Pass], settings: Settings, log: Edi
     finally:  # an export sorts the nodes without an edit: the index holds for this run only
         for g in all_graphs(graph):
             drop_op_index(g)
-    return _undo_new_blockers(graph, log, report, settings.trt) if trt is not None else 0
+    later = {"--requantize-symmetric"} if settings.requantize_symmetric else set()
+    return _undo_new_blockers(graph, log, report, settings.trt, later) if trt is not None else 0
 
 
-def _undo_new_blockers(graph: gs.Graph, log: EditLog, report: Report, trt: str) -> int:
+def _undo_new_blockers(graph: gs.Graph, log: EditLog, report: Report, trt: str, later: set[str] = frozenset()) -> int:
     """A rewrite may not leave a node the target rejects (reduce-axes-input's TopK on INT64 before
     8.6, a Pad with computed pads before 8.0): the region that added it is undone, with the reason.
+    ``later``: the opt-in steps the user asked for that run after the passes; what they clear is
+    not held against a rewrite (qoperator-to-qdq's asymmetric Q/DQ, which --requantize-symmetric
+    makes symmetric; should that step be rolled back, the final check still says what blocks).
     Returns how many regions were undone."""
 
     live = set().union(*(live_nodes(g) for g in all_graphs(graph)))
@@ -154,7 +180,7 @@ def _undo_new_blockers(graph: gs.Graph, log: EditLog, report: Report, trt: str) 
     by_name = {n.name: e for e, n in added.values()}
     blamed = {}
     for f in findings:
-        if f.severity == BLOCKING and f.node in by_name:
+        if f.severity == BLOCKING and f.node in by_name and f.opt_in not in later:
             blamed.setdefault(id(by_name[f.node]), f)
     if not blamed:
         return 0
@@ -197,7 +223,7 @@ def node_record(region: regions_mod.Region, verdict: str, checked: str, reason: 
 
 
 def _run_pass(p: Pass, graph: gs.Graph, record: PassRecord, settings: Settings, trt: TrtVersion | None,
-              signature: list[tuple], counts: Counter, log: EditLog, step, after_pass) -> None:
+              signature: Signature, counts: Counter, log: EditLog, step, after_pass) -> None:
     step(f"running passes: {p.name}")
     t0 = time.perf_counter()
     mark = len(log.edits)

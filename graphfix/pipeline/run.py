@@ -38,8 +38,8 @@ from graphfix.pipeline.checks import _check, check_fixed, trt_summary
 from graphfix.pipeline.feeds import _LazyFeeds
 from graphfix.pipeline.load_checks import LoadChecks
 from graphfix.pipeline.manager import _auto, choose_passes, run_passes, trt_version
-from graphfix.pipeline.settings import Outcome, Settings
-from graphfix.pipeline.steps import _freeze, _simplify
+from graphfix.pipeline.settings import Outcome, Settings, without_frozen
+from graphfix.pipeline.steps import _convert_opset, _freeze, _simplify, _specialise
 from graphfix.pipeline.verification import _verify_each, verify_regions
 from graphfix.report.model import Report
 from graphfix.verify import inputs as inputs_mod
@@ -60,6 +60,10 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     report = Report(source, target, settings.public())
     counter = sessions_mod.SessionCounter()
     step = progress or (lambda what: None)
+    if settings.set_inputs:
+        step("freezing inputs")
+        model = _specialise(model, settings, report, counter, source, step)
+        settings = without_frozen(settings)
     if settings.fix_shapes:
         step("fixing input shapes")
         model = _freeze(model, settings, report, counter)
@@ -68,7 +72,12 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     before = _check(model, settings.trt)  # once: it chooses the passes for auto and opens the summary
 
     feeds = _LazyFeeds(model, settings, report, source, counter, step)  # chosen when something needs them
-    summary_before = before  # the TensorRT summary's "before" is the input's, whatever the steps change
+    if settings.convert_opset is not None:
+        step(f"converting to opset {settings.convert_opset} (onnx.version_converter)")
+        converted = _convert_opset(model, settings, report, counter, feeds)
+        if converted is not model:
+            model, before = converted, _check(converted, settings.trt)
+    summary_before = before  # the TensorRT summary's "before": what --dequantize-dynamic started from
     if settings.dequantize_dynamic:
         step("dequantizing dynamic quantization (opt-in, not exact)")
         dequantized = inexact.dequantize_dynamic(model, settings, report, counter, feeds.get)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -44,8 +44,13 @@ class Settings:
     profile_shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
     #: --fix-shapes: input dims frozen in the written model, shape arithmetic folded (verified)
     fix_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: --set-input: graph inputs frozen to these values (checked and typed: graphfix.pipeline.set_inputs.values),
+    #: what follows folded and the Ifs they decide inlined (verified against the original fed them)
+    set_inputs: dict[str, np.ndarray] = field(default_factory=dict)
     #: --simplify: onnxsim first, verified and rolled back like a pass (needs graphfix[simplify])
     simplify: bool = False
+    #: --convert-opset N: onnx.version_converter to default-domain opset N first, verified like a pass
+    convert_opset: int | None = None
     #: --dequantize-dynamic / --requantize-symmetric: the opt-in rewrites that change results
     #: (graphfix.passes.OPT_IN), each a step judged by its own bound (graphfix.pipeline.inexact)
     dequantize_dynamic: bool = False
@@ -76,9 +81,20 @@ class Settings:
             "seed": self.seed, "iterations": self.iterations,
             "input_shapes": [{k: list(v) for k, v in s.items()} for s in self.input_shapes],
             "fix_shapes": {k: list(v) for k, v in self.fix_shapes.items()}, "simplify": self.simplify,
+            "set_inputs": {k: v.tolist() for k, v in self.set_inputs.items()},
+            "convert_opset": self.convert_opset,
             "dequantize_dynamic": self.dequantize_dynamic, "requantize_symmetric": self.requantize_symmetric,
             "val_range": {k: list(v) for k, v in self.val_range.items()}, "max_memory": self.max_memory,
         }
+
+
+def without_frozen(settings: Settings) -> Settings:
+    """The settings for the model --set-input specialised: its frozen inputs are gone, so loaded
+    feeds and verification shapes no longer name them."""
+    frozen = settings.set_inputs
+    return replace(settings,
+                   feeds=[{k: v for k, v in f.items() if k not in frozen} for f in settings.feeds] if settings.feeds else settings.feeds,
+                   input_shapes=[{k: v for k, v in s.items() if k not in frozen} for s in settings.input_shapes])
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""Whole-model steps before the passes (--fix-shapes, --simplify), each verified and rolled back
-when it breaks a check the input passed.
+"""Whole-model steps before the passes (--set-input, --fix-shapes, --convert-opset, --simplify), each
+verified and rolled back when it breaks a check the input passed.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import onnx
 from graphfix.check.findings import check_model
 from graphfix.errors import GraphfixError, first_line
 from graphfix.onnxio.validate import passes_full_check
+from graphfix.pipeline import convert_opset as convert_mod
 from graphfix.pipeline import fix_shapes
+from graphfix.pipeline import set_inputs as set_inputs_mod
 from graphfix.pipeline import simplify as simplify_mod
 from graphfix.pipeline.checks import _invalid
 from graphfix.pipeline.feeds import _LazyFeeds
@@ -38,6 +40,52 @@ def _freeze(model: onnx.ModelProto, settings: Settings, report: Report, counter:
     except sessions_mod.CannotRun as exc:
         raise GraphfixError(f"--fix-shapes: onnxruntime cannot run the model at {shapes_mod.describe(settings.fix_shapes)} "
                             f"({exc})") from exc
+
+
+def _specialise(model: onnx.ModelProto, settings: Settings, report: Report, counter: sessions_mod.SessionCounter,
+                source: str | None, step) -> onnx.ModelProto:
+    """--set-input as a verified step before the others: the specialised model against the
+    original with those inputs made initializers of their values (the original fed them; two
+    sessions, two more under the users' settings). Rolled back, the inputs stay frozen and
+    unfolded: the model is still the one asked for, only not simplified."""
+    t0 = time.perf_counter()
+    frozen = settings.set_inputs
+    reference, specialised, gone = set_inputs_mod.specialise(model, frozen)
+    report.notes.append(f"specialised with --set-input {set_inputs_mod.describe(frozen)}: the written model no longer "
+                        f"takes {', '.join(frozen)} as input{'s' if len(frozen) > 1 else ''} (its metadata "
+                        f"{set_inputs_mod.METADATA_KEY} says so)")
+    feeds = _LazyFeeds(reference, settings, report, source, counter, step).get() if settings.verify else []
+    try:
+        return _whole_model_step("set-input", reference, specialised, max(gone, 1), feeds, settings, report, counter, t0)
+    except sessions_mod.CannotRun as exc:
+        raise GraphfixError(f"--set-input: onnxruntime cannot run the model with {set_inputs_mod.describe(frozen)} ({exc})",
+                            source) from exc
+
+
+def _convert_opset(model: onnx.ModelProto, settings: Settings, report: Report, counter: sessions_mod.SessionCounter,
+                   feeds: _LazyFeeds) -> onnx.ModelProto:
+    """--convert-opset N (onnx.version_converter) as a verified step: kept only when the converted
+    model gives the original's outputs; a model the converter cannot convert goes on as it was."""
+    t0 = time.perf_counter()
+    target = settings.convert_opset
+    try:
+        converted = convert_mod.convert(model, target)
+    except convert_mod.ConvertFailed as exc:
+        report.passes.append(PassRecord("convert-opset", ERROR, reason=f"not applied: onnx.version_converter to opset "
+                                        f"{target} failed ({exc})"))
+        return model
+    if converted is model:
+        report.passes.append(PassRecord("convert-opset", UNCHANGED, nodes_before=len(model.graph.node),
+                                        nodes_after=len(model.graph.node), seconds=round(time.perf_counter() - t0, 4)))
+        return model
+    try:
+        return _whole_model_step("convert-opset", model, converted, len(converted.graph.node),
+                                 feeds.get() if settings.verify else [], settings, report, counter, t0)
+    except sessions_mod.CannotRun as exc:  # the converter wrote what onnxruntime does not run: the input goes on
+        record = report.passes[-1]  # the step's record, added by _whole_model_step before it ran anything
+        record.verdict, record.nodes_after = ROLLED_BACK, record.nodes_before
+        record.reason = f"rolled back: onnxruntime cannot run the converted model ({exc})"
+        return model
 
 
 def _simplify(model: onnx.ModelProto, settings: Settings, report: Report, counter: sessions_mod.SessionCounter,

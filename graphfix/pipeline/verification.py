@@ -7,7 +7,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import onnx
+from polygraphy.comparator import RunResults
 
 from graphfix.analysis import discrete
 from graphfix.errors import GraphfixError, first_line
@@ -20,6 +22,7 @@ from graphfix.pipeline.manager import charge_rollback, node_record, run_passes
 from graphfix.pipeline.settings import Outcome, Settings, StrictFailure
 from graphfix.report.model import KEPT, ROLLED_BACK, UNVERIFIED, PassRecord, Report
 from graphfix.verify import compare as compare_mod
+from graphfix.verify import precision as precision_mod
 from graphfix.verify import regions as regions_mod
 from graphfix.verify import sessions as sessions_mod
 
@@ -51,7 +54,8 @@ def verify_regions(model, graph, log, settings, report, feeds, counter, source, 
     for k, r in enumerate(regs):
         if k % every == 0:
             step(f"comparing {len(regs)} regions: {k} done")
-        records = compare_mod.region_diffs(probe_results, r.probes, *settings.tol, settings.automatic_tolerance) if not r.unchecked else {}
+        records = compare_mod.region_diffs(probe_results, r.probes, *settings.tol, settings.automatic_tolerance,
+                                           r.precision) if not r.unchecked else {}
         bad = {k: d for k, d in records.items() if not d.passed}
         worst = ", ".join(f"{k} (max abs {d.max_abs:.3g}, max rel {d.max_rel:.3g})" for k, d in bad.items())
         entry = node_record(r, ROLLED_BACK if bad else KEPT, r.unchecked or "on its own, on the original model's tensors",
@@ -71,6 +75,9 @@ def verify_regions(model, graph, log, settings, report, feeds, counter, source, 
     for rec in report.passes:
         if rec.verdict == UNVERIFIED:
             rec.verdict = ROLLED_BACK if rec.rolled_back_nodes >= rec.rewritten else KEPT
+    # what is read after the regions, copied out of the probe run's mapping, which goes with the
+    # regions' tensors in it (a big output's rewritten copy stayed resident through the end)
+    probe_results = _owned(probe_results, [*(o.name for o in model.graph.output), *discrete.exposed(decisions)])
     baseline = compare_mod.select_outputs(probe_results, [o.name for o in model.graph.output])
     live = [e for e in log.edits if not e.undone]
     if not live:
@@ -95,11 +102,42 @@ def verify_regions(model, graph, log, settings, report, feeds, counter, source, 
     if not all(d.passed for d in diffs.values()):
         return baseline, None, True, None
     entries = dict(zip(map(id, regs), report.nodes[first_entry:], strict=True))
-    return _users_settings(model, graph, log, regs, entries, parts, settings, report, feeds, counter, baseline, final, step)
+    reference = _users_reference(model, settings, report, feeds, counter, step)
+    if reference is None:
+        return baseline, final, False, parts
+    del final  # not read again: the runs under the users' settings take its place (a big output's run goes)
+    return _users_settings(model, graph, log, regs, entries, parts, settings, report, feeds, counter, baseline, reference, step)
+
+
+def _owned(results, names: list[str]):
+    """These tensors of a run as arrays of their own: the run's arrays are views of one mapping of
+    the worker's answer, which lives while any of them does."""
+    return RunResults([(runner, [compare_mod.iteration_result({k: np.array(it[k]) for k in names if k in it},
+                                                              it.runtime, it.runner_name) for it in its])
+                       for runner, its in results])
+
+
+def _users_reference(model, settings: Settings, report: Report, feeds, counter, step):
+    """The original's run under the settings users run (:func:`_users_settings`), or None when
+    there is nothing to compare there (report.users says why)."""
+    if not counter.tuned or not sessions_mod.on_onnxruntime(model):
+        report.users = {"settings": "verification's own (onnxruntime's defaults, or not onnxruntime): nothing to add",
+                        "outputs": {}}
+        return None
+    step("end-to-end run under onnxruntime's default settings")
+    try:
+        return compare_mod.first_iterations(sessions_mod.switched_run(model, feeds, counter, settings.base_dir), len(feeds))
+    except GraphfixError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an optimizer that fails on the input itself: nothing to compare with
+        report.users = {"settings": sessions_mod.USERS_SETTINGS, "outputs": {}, "skipped": first_line(exc)}
+        report.notes.append(f"onnxruntime cannot run the input model under {sessions_mod.USERS_SETTINGS} ({first_line(exc)}): "
+                            "the written model was compared under verification's settings only")
+        return None
 
 
 def _users_settings(model, graph, log, regs, entries, parts, settings: Settings, report: Report, feeds, counter,
-                    baseline, final, step):
+                    baseline, reference, step):
     """The written model against the original once more, under the settings users run
     (onnxruntime's defaults, graph optimizations on: polygraphy's onnxrt runner, a plain
     InferenceSession). Verification's sessions switch the optimizer off, and an optimizer rule can
@@ -108,21 +146,8 @@ def _users_settings(model, graph, log, regs, entries, parts, settings: Settings,
     sessions: the original's run doubles as the noise floor's (sessions_mod.switched_run). A difference
     under these settings only is blamed on the regions that differ in the probe run under them,
     which are undone and named. Returns verify_regions' tuple with the results under the users'
-    settings: the reference outputs written for polygraphy come from the configuration it runs."""
-    if not counter.tuned or not sessions_mod.on_onnxruntime(model):
-        report.users = {"settings": "verification's own (onnxruntime's defaults, or not onnxruntime): nothing to add",
-                        "outputs": {}}
-        return baseline, final, False, parts
-    step("end-to-end run under onnxruntime's default settings")
-    try:
-        reference = compare_mod.first_iterations(sessions_mod.switched_run(model, feeds, counter, settings.base_dir), len(feeds))
-    except GraphfixError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - an optimizer that fails on the input itself: nothing to compare with
-        report.users = {"settings": sessions_mod.USERS_SETTINGS, "outputs": {}, "skipped": first_line(exc)}
-        report.notes.append(f"onnxruntime cannot run the input model under {sessions_mod.USERS_SETTINGS} ({first_line(exc)}): "
-                            "the written model was compared under verification's settings only")
-        return baseline, final, False, parts
+    settings: the reference outputs written for polygraphy come from the configuration it runs
+    (``reference``: the original's run there, :func:`_users_reference`)."""
     diffs, results = users_diffs(model, reference, parts, settings, report, feeds, counter)
     report.users = {"settings": sessions_mod.USERS_SETTINGS, "outputs": {k: d.as_dict() for k, d in diffs.items()}}
     if all(d.passed for d in diffs.values()):
@@ -178,7 +203,7 @@ def _ties_in_another_order(diffs: dict[str, compare_mod.OutputDiff], reference, 
     failing = [k for k, d in diffs.items() if not d.passed and k in depends]
     if not failing:
         return
-    ordered = compare_mod.sorted_diffs(reference, results, failing, *settings.tol, report.noise_floor)
+    ordered = compare_mod.sorted_diffs(reference, results, failing, *settings.tol, report.noise_floor, report.precision)
     for name in failing:
         d, s = diffs[name], ordered[name]
         if not s.passed:
@@ -208,8 +233,8 @@ def _undo_under_users_settings(model, regs, entries, settings: Settings, report:
     for r in live:
         if r.unchecked or ran is None:
             continue
-        bad = {k: d for k, d in compare_mod.region_diffs(ran, r.probes, *settings.tol, settings.automatic_tolerance).items()
-               if not d.passed}
+        bad = {k: d for k, d in compare_mod.region_diffs(ran, r.probes, *settings.tol, settings.automatic_tolerance,
+                                                         r.precision).items() if not d.passed}
         if bad:
             blamed[id(r)] = ", ".join(f"{k} (max abs {d.max_abs:.3g})" for k, d in bad.items())
     whole = "the whole fixed model differs there and no single region does"
@@ -314,12 +339,17 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
 def end_to_end(model, baseline, results, settings: Settings, feeds, counter, report: Report) -> dict[str, compare_mod.OutputDiff]:
     """The fixed (or partly fixed) model's outputs against the original's: at the tolerance in
     force, and with the automatic tolerance, where that fails, within NOISE_MULTIPLE times the
-    original model's own noise floor (measured once per run, reported as ``noise_floor``)."""
-    diffs = compare_mod.compare(baseline, results, *settings.tol)
+    original model's own noise floor (measured once per run, reported as ``noise_floor``). An output
+    computed through float16/bfloat16 (``report.precision``) allows for that type's rounding."""
+    diffs = compare_mod.compare(baseline, results, *settings.tol, precision=report.precision)
+    if not all(d.passed for d in diffs.values()) and report.precision is None:
+        report.precision = precision_mod.computed_in(model)
+        if report.precision:
+            diffs = compare_mod.compare(baseline, results, *settings.tol, precision=report.precision)
     if not all(d.passed for d in diffs.values()) and settings.automatic_tolerance:
         if report.noise_floor is None:
             report.noise_floor = sessions_mod.noise_floor(model, feeds, baseline, counter, settings.base_dir)
-        diffs = compare_mod.compare(baseline, results, *settings.tol, report.noise_floor)
+        diffs = compare_mod.compare(baseline, results, *settings.tol, report.noise_floor, report.precision)
     for name, d in diffs.items():  # an output that follows near-tie flips of its decisions
         if not d.passed and report.discrete and discrete.explained(report.discrete, name):
             d.passed, d.note = True, "differs where a decision it depends on flipped at a near-tie (see discrete)"

@@ -372,8 +372,10 @@ def _engine_section(report: Report) -> list[str]:
     commands = (report.engine or {}).get("commands", {})
     if not commands:
         return []
+    note = (report.engine or {}).get("profile", {}).get("note", "")
     return ["<h2>Build and compare on a GPU box</h2>",
-            *(f"<p><b>{esc(tool)}</b></p><pre>{esc(line, 20_000)}</pre>" for tool, line in commands.items())]
+            *(f"<p><b>{esc(tool)}</b></p><pre>{esc(line, 20_000)}</pre>" for tool, line in commands.items()),
+            *([f"<p>{esc(note, 20_000)}</p>"] if note else [])]
 
 
 _CSS = """

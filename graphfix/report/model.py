@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Verdicts, in the words the table and the JSON use.
 KEPT, UNVERIFIED, UNCHANGED, ROLLED_BACK, ERROR = "kept", "kept-unverified", "unchanged", "rolled-back", "error"
@@ -55,6 +55,10 @@ class Report:
     #: the original model's own noise floor per output (max abs), measured when the strict
     #: end-to-end comparison failed (None: not needed)
     noise_floor: dict[str, float] | None = None
+    #: per output computed through float16/bfloat16 (graphfix.verify.precision): that type, whose
+    #: rounding its comparison allows for although the output itself may be float32 (None: not
+    #: needed, every output agreed at its own type's tolerance)
+    precision: dict[str, str] | None = None
     #: decisions (ArgMax/TopK/comparisons) the outputs depend on: margins and flips (graphfix.analysis.discrete)
     discrete: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)

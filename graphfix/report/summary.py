@@ -50,6 +50,11 @@ def table(report: Report) -> str:
             d = report.final[worst]
             notes.append(f"end to end: {worst} differs by {_num(d['max_abs'])}; the original model's own noise floor there is "
                          f"{_num(report.noise_floor.get(worst, 0.0))} (accepted up to {NOISE_MULTIPLE}x; --atol/--rtol make it exact)")
+    widened = sorted({d["precision"] for d in report.final.values() if d.get("precision")})
+    if widened:
+        outputs = [k for k, d in report.final.items() if d.get("precision")]
+        notes.append(f"end to end: {', '.join(outputs[:3])}{' ...' if len(outputs) > 3 else ''} computed in {'/'.join(widened)}: "
+                     "compared at 4 units in that type's last place (docs/verification.md)")
     notes += discrete_lines(report.discrete)
     if report.notes:
         notes += report.notes

@@ -9,7 +9,10 @@ Messages use the CLI's option names; API users read ``--atol`` as ``atol=``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import numbers
+import os
+import reprlib
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,6 +60,103 @@ def parse_memory(value: str | int) -> int:
     return int(number * _UNITS[unit])
 
 
+# ------------------------------------------------------------------ the API's argument types
+def _path(v: Any) -> bool:
+    return isinstance(v, str | os.PathLike)
+
+
+def _real(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool | np.bool_)
+
+
+def _listed(v: Any) -> bool:
+    return isinstance(v, Sequence) and not isinstance(v, str | bytes)
+
+
+def _names(v: Any) -> bool:
+    return isinstance(v, str) or (_listed(v) and all(isinstance(n, str) for n in v))
+
+
+def _shapes(v: Any) -> bool:
+    """One shape set: input name -> dims (the dims' values are check_dims' business)."""
+    return isinstance(v, dict) and all(
+        isinstance(k, str) and (_listed(d) or (isinstance(d, np.ndarray) and d.ndim == 1)) for k, d in v.items())
+
+
+def _optional(accepts: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or accepts(v)
+
+
+_PATH = "a path (str or os.PathLike)"
+#: What each argument of ``graphfix.fix`` (and of ``FixResult.save``/``save_report``) takes: the
+#: test of its type and the words a refusal and docs/cli.md use (the Pass class of a ``passes`` list
+#: lives a layer above: check_arguments is given it).
+ARGUMENTS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "model": (lambda v: _path(v) or isinstance(v, onnx.ModelProto), f"{_PATH} or an onnx.ModelProto"),
+    "passes": (lambda v: isinstance(v, str) or _listed(v), "'all', 'auto', a comma-separated string of pass names, or a list of pass names and Pass objects"),
+    "skip": (_names, "a pass name, a comma-separated string of them, or a list of pass names"),
+    "force": (_names, "a pass name, a comma-separated string of them, or a list of pass names"),
+    "trt": (_optional(lambda v: isinstance(v, str)), "None or a TensorRT release as a string, such as '8.6' or '10.1' "
+                                                     "(a float cannot say 10.10)"),
+    "verify": (lambda v: isinstance(v, bool), "True or False"),
+    "verify_each": (lambda v: isinstance(v, bool), "True or False"),
+    "strict": (lambda v: isinstance(v, bool), "True or False"),
+    "simplify": (lambda v: isinstance(v, bool), "True or False"),
+    "atol": (_optional(_real), "None (automatic) or a number >= 0"),
+    "rtol": (_optional(_real), "None (automatic) or a number >= 0"),
+    "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool), f"a whole number in 0..{2**32 - 1}"),
+    "iterations": (lambda v: isinstance(v, int) and not isinstance(v, bool), f"a whole number in 1..{MAX_ITERATIONS}"),
+    "input_shapes": (_optional(lambda v: _shapes(v) or (_listed(v) and all(_shapes(s) for s in v))),
+                     "None, a dict of input name to dims ({'x': (1, 3, 224, 224)}), or a list of such dicts"),
+    "profile_shapes": (lambda v: _listed(v) and all(_shapes(s) for s in v),
+                       "a list of dicts of input name to dims (min, opt, max)"),
+    "fix_shapes": (_optional(_shapes), "None or a dict of input name to dims ({'x': (1, 3, 320, 320)})"),
+    "val_range": (_optional(lambda v: isinstance(v, Mapping) and all(
+        isinstance(k, str) and _listed(r) and len(r) == 2 and all(_real(x) for x in r) for k, r in v.items())),
+                  "None or a dict of input name to (lo, hi) numbers"),
+    "inputs": (_optional(lambda v: _path(v) or (isinstance(v, list | tuple) and all(isinstance(f, Mapping) for f in v))),
+               f"None (random inputs), a list of dicts of input name to numpy array (one per iteration), or {_PATH} "
+               "of an .npz or polygraphy JSON file"),
+    "output": (_optional(_path), f"None or {_PATH}"),
+    "progress": (_optional(callable), "None or a function taking one str"),
+    "max_memory": (lambda v: isinstance(v, str) or _real(v), "a number of bytes or a size string such as '4G'"),
+    "timeout": (_optional(_real), "None (the default) or a number of seconds"),
+    "convert_opset": (_optional(lambda v: isinstance(v, int) and not isinstance(v, bool)),
+                      "None or a default-domain opset number, such as 13"),
+    "set_inputs": (_optional(lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
+                   "None or a dict of input name to a value (a number, a bool, a list or a numpy array)"),
+    "path": (_path, _PATH),
+    "external_data": (_optional(_path), f"None or {_PATH} (a file name beside the model)"),
+}
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlist, _BRIEF.maxdict, _BRIEF.maxtuple = 40, 40, 4, 4, 4
+
+
+def _brief_instance(obj: Any, level: int) -> str:  # noqa: ARG001 - reprlib's signature
+    """Numbers as written; any other object (bytes, a GraphProto, an array) by its type alone."""
+    return repr(obj)[:40] if isinstance(obj, float | complex | bool | type(None)) else f"<{type(obj).__name__}>"
+
+
+_BRIEF.repr_instance = _brief_instance
+
+
+def check_arguments(given: Mapping[str, Any], pass_type: type = object, call: str | None = None) -> None:
+    """The type of every argument given (names as in ARGUMENTS), refused in one line that names it
+    (as ``call(name=...)`` when ``call`` is given) and says what it takes; the value checks
+    (check_settings, check_dims) come after."""
+    for name, value in given.items():
+        if name not in ARGUMENTS:  # a keyword added without its entry: tests/settings/test_argument_types.py says so
+            continue
+        accepts, what = ARGUMENTS[name]
+        ok = accepts(value)
+        if ok and name == "passes" and not isinstance(value, str):
+            ok = all(isinstance(p, str | pass_type) for p in value)
+        if not ok:
+            shown = f"{name}={_BRIEF.repr(value)}"
+            raise GraphfixError(f"{f'{call}({shown})' if call else shown}: expected {what}")
+
+
 def check_settings(*, passes: Any = "all", iterations: int = 1, seed: int = 1, atol: float | None = None,
                    rtol: float | None = None,
                    val_range: Mapping[str, tuple[float, float]] | None = None, max_memory: str | int | None = None) -> None:
@@ -84,6 +184,20 @@ def check_settings(*, passes: Any = "all", iterations: int = 1, seed: int = 1, a
             ok = False
         if not ok:
             raise GraphfixError(f"{name} {value}: must be a finite number >= 0 (NaN or inf would switch verification off)")
+
+
+#: The lowest --convert-opset target: every TensorRT parser from 7.0 on warns below it (ModelImporter.cpp).
+LOWEST_CONVERT_OPSET = 7
+
+
+def check_convert_opset(target: int | None) -> None:
+    """A target opset ONNX's converter can write (None: no conversion)."""
+    if target is None:
+        return
+    newest = onnx.defs.onnx_opset_version()
+    if not isinstance(target, int) or isinstance(target, bool) or not LOWEST_CONVERT_OPSET <= target <= newest:
+        raise GraphfixError(f"--convert-opset {_shown(target)}: must be a whole number in {LOWEST_CONVERT_OPSET}..{newest} "
+                            f"(the opsets onnx {onnx.__version__} converts to)")
 
 
 def check_dims(option: str, shape_sets: Sequence[Mapping[str, Sequence[int]]]) -> None:

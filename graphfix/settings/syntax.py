@@ -5,6 +5,7 @@ and the API alike.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from graphfix.errors import GraphfixError
 from graphfix.settings.checks import MAX_DIM
@@ -14,9 +15,11 @@ _SHAPE = re.compile(r"^(?P<name>.+):(?P<dims>\d+(?:x\d+)*|\[\s*\d*(?:\s*,\s*\d+)
 _RANGE = re.compile(r"^(?P<name>.+):\[\s*(?P<lo>[-+0-9.eE]+)\s*,\s*(?P<hi>[-+0-9.eE]+)\s*\]$")
 
 
-def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+def parse_input_shapes(items: list[str] | None, option: str | None = None) -> dict[str, tuple[int, ...]]:
     """trtexec style: ``name:1x3x224x224`` (``name:[1,3,224,224]`` also accepted); several
-    separated by commas or given as several arguments."""
+    separated by commas or given as several arguments. With ``option`` (one shape per input:
+    ``--fix-shapes``, ``--trt-min-shapes``), an input named twice is refused rather than the last
+    silently kept."""
     shapes: dict[str, tuple[int, ...]] = {}
     for item in _split_items(items):
         m = _SHAPE.match(item)
@@ -30,8 +33,15 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
             shown = big if len(big) <= 24 else f"{big[:12]}…({len(big)} digits)"
             raise GraphfixError(f"shape entry {m.group('name')!r}: dim {shown} is out of range; a dim is at most {MAX_DIM} "
                                 "(TensorRT's dims are int32)")
-        shapes[m.group("name")] = tuple(int(d) for d in parts)
+        name, dims = m.group("name"), tuple(int(d) for d in parts)
+        if option is not None and name in shapes:
+            raise GraphfixError(f"{option} names {name!r} twice ({_dims(shapes[name])} and {_dims(dims)}): give one shape per input")
+        shapes[name] = dims
     return shapes
+
+
+def _dims(dims: tuple[int, ...]) -> str:
+    return "x".join(map(str, dims)) or "scalar"
 
 
 def parse_shape_sets(items: list[str] | None) -> list[dict[str, tuple[int, ...]]]:
@@ -56,8 +66,31 @@ def parse_val_ranges(items: list[str] | None) -> dict[str, tuple[float, float]]:
         lo, hi = float(m.group("lo")), float(m.group("hi"))
         if lo > hi:
             raise GraphfixError(f"bad --val-range entry {item!r}: lo > hi")
+        if m.group("name") in ranges:
+            raise GraphfixError(f"--val-range names {m.group('name')!r} twice: give one range per input")
         ranges[m.group("name")] = (lo, hi)
     return ranges
+
+
+def pass_names(given: str | Sequence[str]) -> tuple[str, ...]:
+    """``--skip``/``--force`` (repeatable, each comma-separated) and the API's ``skip=``/``force=``
+    (a comma-separated string or a list): the names, in order."""
+    items = [given] if isinstance(given, str) else given
+    return tuple(n.strip() for item in items for n in item.split(",") if n.strip())
+
+
+def parse_set_inputs(items: list[str] | None) -> dict[str, str]:
+    """``--set-input NAME=VALUE`` (repeatable): the values as text, typed against the model's
+    inputs once it is loaded (graphfix.pipeline.set_inputs.values)."""
+    given: dict[str, str] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise GraphfixError(f"bad --set-input entry {item!r}: expected NAME=VALUE (sr=16000, use_cache_branch=false, t=[1,2])")
+        if name.strip() in given:
+            raise GraphfixError(f"--set-input names {name.strip()!r} twice")
+        given[name.strip()] = value.strip()
+    return given
 
 
 def _split_items(items: list[str] | None) -> list[str]:

@@ -24,6 +24,7 @@ from graphfix.graph.cost import Cost, gs_node_cost, nodes_cost
 from graphfix.graph.edits import Edit, live_nodes
 from graphfix.graph.importer import all_graphs
 from graphfix.onnxio.proto import Assembled
+from graphfix.verify import precision
 
 
 @dataclass(eq=False)
@@ -37,6 +38,9 @@ class Region:
     unchecked: str = ""
     #: probe output name of the rewritten value, per original tensor name
     probes: dict[str, str] = field(default_factory=dict)
+    #: "float16"/"bfloat16" when the region reads, computes or writes that type (its tensors are
+    #: compared at that type's tolerance, float32 ones too: graphfix.verify.precision)
+    precision: str | None = None
 
     @property
     def passes(self) -> list[str]:
@@ -111,6 +115,7 @@ def regions(edits: list[Edit], graph: gs.Graph, originals: set[str]) -> list[Reg
         region = Region(key, group)
         members = {id(n): n for e in group for n in [*e.added, e.node] if id(n) in alive}
         region.nodes = _toposorted(list(members.values()))
+        region.precision = precision.of_tensors(region.nodes, [t for e in group for t in [*e.saved[1], *e.saved[2]]])
         if any(e.in_subgraph for e in group):
             region.unchecked = "inside an If/Loop body (checked end to end)"
         produced = {t.name for n in region.nodes for t in n.outputs}

@@ -1,10 +1,10 @@
-"""onnxruntime verification: inputs made once, one session per graph state, polygraphy comparison.
+"""onnxruntime verification: inputs made once, one session per graph state, compared per output.
 
 Inputs come from polygraphy's DataLoader (seeded, dtype-aware); sessions run in graphfix's
 onnxruntime worker process (graphfix.runtime.worker: a crash or an endless run there ends the
 run in one line instead of taking graphfix down) and their outputs are polygraphy RunResults
-that ``polygraphy run --load-outputs`` reads; comparisons use polygraphy's SimpleCompareFunc
-(abs/rel tolerance per output).
+that ``polygraphy run --load-outputs`` reads; comparisons apply polygraphy SimpleCompareFunc's
+rule (abs/rel tolerance per element) in numpy (graphfix.verify.compare).
 """
 
 from __future__ import annotations
@@ -14,16 +14,21 @@ import functools
 import numpy as np
 import onnx
 from polygraphy.comparator import RunResults
-from polygraphy.comparator.struct import IterationResult
 
 from graphfix.analysis.aten_reference import evaluator, run_results
 from graphfix.errors import GraphfixError
 from graphfix.fs.signals import reraise_swallowed_signal
 from graphfix.onnxio.ir import runtime_compatible
-from graphfix.onnxio.proto import Assembled
+from graphfix.onnxio.proto import Assembled, all_nodes
 from graphfix.runtime import session as session_mod
 from graphfix.runtime import worker as runtime_worker
-from graphfix.verify.compare import DEFAULT_TOLERANCE, finite_max_abs, iterations, rounding_floor
+from graphfix.verify.compare import (
+    DEFAULT_TOLERANCE,
+    finite_max_abs,
+    iteration_result,
+    iterations,
+    rounding_floor,
+)
 from graphfix.verify.inputs import Feeds, nudged_feeds, quiet_polygraphy
 
 
@@ -50,7 +55,7 @@ DEFAULT_SETTINGS_NOTE = ("onnxruntime could not run the model with verification'
 
 def session(model: onnx.ModelProto, base_dir=None, tuned: bool = True):
     """A bare onnxruntime CPU session (the candidate-shape search), in graphfix's worker process."""
-    if any(n.op_type == "ATen" for n in model.graph.node):  # onnxruntime has no ATen kernels
+    if any(n.op_type == "ATen" for n in all_nodes(model.graph)):  # onnxruntime has no ATen kernels
 
         return evaluator(model)
 
@@ -97,7 +102,7 @@ def _compare_run(parts: Assembled, feeds: Feeds, name: str, counter: SessionCoun
         with quiet_polygraphy():
             for feed in feeds:
                 outputs = made.run_named(feed)
-                its.append(IterationResult(outputs, runtime=made.last_runtime, runner_name=name))
+                its.append(iteration_result(outputs, made.last_runtime, name))
     finally:
         made.close()
     reraise_swallowed_signal()
@@ -110,12 +115,15 @@ _LABELS = {"original": "the input model", "graphfix-probe": "the verification pr
 
 
 def _wrong_in_onnxruntime(model: onnx.ModelProto, initializers: list[onnx.TensorProto] | None = None) -> bool:
-    """A node the installed onnxruntime computes wrongly, so it cannot be the reference: Col2Im
-    that is not 2-D with a dilation > 1 (onnxruntime 1.32 misplaces the blocks; the ONNX
-    reference evaluator follows the spec), STFT/DFT of a length that is not a power of two, an
-    opset-26+ op it does not implement. ``initializers``: the model's, where ``model`` is a stub without them."""
+    """A node the installed onnxruntime cannot run or computes wrongly, in the main graph or in
+    a body, so it cannot be the reference: ATen (no kernels), Col2Im that is not 2-D with a
+    dilation > 1 (onnxruntime 1.32 misplaces the blocks; the ONNX reference evaluator follows the
+    spec), STFT/DFT of a length that is not a power of two, an opset-26+ op it does not
+    implement. ``initializers``: the model's, where ``model`` is a stub without them."""
     weights: dict[str, onnx.TensorProto] | None = None
-    for n in model.graph.node:
+    for n in all_nodes(model.graph):
+        if n.op_type == "ATen":
+            return True
         if n.op_type == "Col2Im" and not _onnxruntime_col2im_dilation_ok():
             dilations = next((list(a.ints) for a in n.attribute if a.name == "dilations"), [])
             if len(dilations) != 2 and any(d > 1 for d in dilations):
@@ -261,7 +269,7 @@ def on_onnxruntime(model: onnx.ModelProto | Assembled) -> bool:
     """Whether verification runs ``model`` on onnxruntime (not on the ONNX reference evaluator:
     ATen nodes, ops the installed onnxruntime computes wrongly)."""
     parts = Assembled.of(model)
-    return not (any(n.op_type == "ATen" for n in parts.stub.graph.node) or _wrong_in_onnxruntime(parts.stub, parts.initializers))
+    return not _wrong_in_onnxruntime(parts.stub, parts.initializers)
 
 
 def users_run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: SessionCounter,

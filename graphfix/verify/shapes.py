@@ -8,7 +8,8 @@ changes from run to run. So the dims are read as expressions over symbols (``8*h
 ``2*s0 + 1``; a plain name is a symbol; dims sharing a name share a value; an unnamed dynamic
 dim is its own symbol), each symbol gets a *role* from where it stands (batch: the first dim;
 image: the last two dims of a 4-D float input; length: any other), and the sizes the model was
-built for are tried first (batch 1 then 2, images 224 then 256..640, lengths 16 then 32..128);
+built for are tried first (batch 1 then 2, images 224 then 256..640 then 128..32,
+lengths 16 then 32..128);
 only then the short ladder of small sizes. A candidate is used only when the original model runs
 there, twice with identical outputs, and its outputs are not degenerate (``runs`` says why not).
 Two distinct shapes are kept when the model is dynamic, because one shape hides shape bugs (a
@@ -24,19 +25,27 @@ suggests can be far too big: a latent decoder given 224x224 latents makes 1792x1
 grew to 20.9 GB), so an image input that the outputs grow from several times is a *latent* with
 latent sizes, and every candidate's run is estimated from onnx's shape inference before it is tried
 (:class:`Budget`; ``--max-memory``): one over the budget is not run.
+
+Before any run, what the graph's ops say about the dims is read (:mod:`graphfix.verify.graph_dims`):
+a channel count from the Conv weight it meets, the minimum a reflect Pad or a kernel needs, the
+stride product a spatial dim must be a multiple of (:func:`strides`), the dims an LSTM or a
+broadcast needs equal; a run that fails because a dim was too short raises it (``too_short``).
+:attr:`Choice.guessed` records every dim the search set and how.
 """
 
 from __future__ import annotations
 
 import ast
 import itertools
+import math
 import operator
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import onnx
 
 from graphfix.errors import GraphfixError
+from graphfix.verify import graph_dims
 
 #: Values tried for every free symbol, in order (multiples of 2, 3 and 7 for cells and windows).
 LADDER = (1, 2, 3, 4, 6, 8, 12, 14, 16, 24, 28, 32, 48, 56, 64)
@@ -44,7 +53,9 @@ LADDER = (1, 2, 3, 4, 6, 8, 12, 14, 16, 24, 28, 32, 48, 56, 64)
 #: size (224 and 256 are multiples of 32, 16, 8 and 7: patches, strides and windows divide them).
 #: A latent is an image input whose output is several times larger (a VAE decoder's 8x): it gets
 #: the sizes latent decoders are exported at (Stable Diffusion's 64 for 512 images), not 224.
-TYPICAL = {"batch": (1, 2), "image": (224, 256, 320, 384, 448, 512, 640), "length": (16, 32, 64, 128),
+#: Images end with 128, 64, 32: a UNet denoiser over the budget at 224 is verified at 64x64 (a size
+#: every stride divides), not at the ladder's 2x2.
+TYPICAL = {"batch": (1, 2), "image": (224, 256, 320, 384, 448, 512, 640, 128, 64, 32), "length": (16, 32, 64, 128),
            "latent": (32, 64, 16, 48)}
 #: A candidate whose inputs would hold more elements than this is skipped (the feed/compute budget).
 MAX_FEED_ELEMENTS = 1 << 24
@@ -61,9 +72,29 @@ Shapes = dict[str, tuple[int, ...]]
 
 @dataclass
 class Choice:
+    """The shapes verification runs at, and why.
+
+    ``guessed`` records every dynamic input dim the search set (none for ``--input-shapes``), one
+    plain dict per declared dim (JSON as it is; the report keeps it as ``shapes.guessed``)::
+
+        {"dim": "num_channels",            # the declared dim_param, or "?" for an unnamed dim
+         "inputs": [["pixel_values", 1]],  # every (input, axis) that declares it
+         "values": [3, 3],                 # its size in each of ``shapes``, in order
+         "how": "graph",                   # graph | relation | role | ladder | learned
+         "role": "fixed",                  # fixed (by an op), batch, image, length, latent
+         "why": "/Conv's weight (W.shape[1] x group)",
+         "minimum": 1, "multiple": 1,      # the least size and the stride the graph asks for
+         "equals": None}                   # the dim it was set equal to (an LSTM's state batch)
+
+    ``how``: *graph* a size an op fixes (a Conv's input channels), *relation* solved from another
+    dim the graph relates it to, *role* its role's typical size, *ladder* the small sizes tried
+    last, *learned* a size raised after onnxruntime said it was too short. Dims with equal
+    ``values`` and an ``equals`` (or one ``dim`` name) must stay equal in any profile."""
+
     shapes: list[Shapes]
     reason: str
     tried: int = 0
+    guessed: list[dict] = field(default_factory=list)
 
 
 def _symbols(expr: ast.AST) -> set[str]:
@@ -84,12 +115,20 @@ def _eval(expr: ast.AST, env: dict[str, int]) -> int:
     raise ValueError("unsupported dim expression")
 
 
+#: A dim_param longer than this is not parsed: it is a name like any other that is no expression
+#: (a 3000-term ``N+N+...`` nests 3000 deep, past Python's recursion limit in ``ast.parse``).
+MAX_DIM_EXPRESSION = 200
+
+
 def _parse(param: str) -> ast.AST | None:
+    """A dim_param as an expression over symbols (``2*seq+1``), or None: a name it cannot read."""
+    if len(param) > MAX_DIM_EXPRESSION:
+        return None
     try:
         expr = ast.parse(param.replace("//", "/"), mode="eval")
         _eval(expr, dict.fromkeys(_symbols(expr), 1))
         return expr
-    except (SyntaxError, ValueError, KeyError, ZeroDivisionError, TypeError):
+    except (SyntaxError, ValueError, KeyError, ZeroDivisionError, TypeError, RecursionError, MemoryError):
         return None
 
 
@@ -154,11 +193,24 @@ def _bind(expr: ast.AST, bound: dict[str, int]) -> ast.AST:
     return _Bind(bound).visit(expr) if bound else expr
 
 
-def candidate(dims: dict[str, list], value: int, system: System | None = None) -> Shapes | None:
-    """Every free symbol set to ``value`` (a ``system``'s dependent symbols solved from them); None
-    when a dim comes out below 1 or the system has no solution there."""
+#: Per symbol, what the graph asks of its size: (minimum, multiple) (:func:`fitted`).
+Fit = dict[str, tuple[int, int]]
+
+
+def fitted(value: int, rule: tuple[int, int] | None) -> int:
+    """The smallest size >= ``value`` that meets ``rule`` (minimum, multiple)."""
+    if rule is None:
+        return value
+    least, multiple = rule
+    return -(-max(value, least) // multiple) * multiple
+
+
+def candidate(dims: dict[str, list], value: int, system: System | None = None, fit: Fit | None = None) -> Shapes | None:
+    """Every free symbol set to ``value`` (raised to what ``fit`` asks of it; a ``system``'s
+    dependent symbols solved from them); None when a dim comes out below 1 or the system has no
+    solution there."""
     symbols = set().union(*(_symbols(d) for row in dims.values() for d in row if not isinstance(d, int)))
-    env = dict.fromkeys(symbols - set(system.dependent if system else ()), value)
+    env = {s: fitted(value, (fit or {}).get(s)) for s in symbols - set(system.dependent if system else ())}
     env = system.solve(env) if system else env
     return None if env is None else _evaluate(dims, env)
 
@@ -183,10 +235,11 @@ def roles(model: onnx.ModelProto, dims: dict[str, list]) -> dict[str, str]:
 _FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
 
 
-def typical(dims: dict[str, list], role_of: dict[str, str], level: int, system: System | None = None) -> Shapes | None:
-    """Every symbol at its role's ``level``-th typical size: a symbol inside an expression
-    (``8*hc``) gets the smallest value that makes the dim reach that size; a ``system``'s
-    dependent symbols are solved from the others."""
+def typical(dims: dict[str, list], role_of: dict[str, str], level: int, system: System | None = None,
+            fit: Fit | None = None) -> Shapes | None:
+    """Every symbol at its role's ``level``-th typical size (those ``fit`` allows: :func:`role_sizes`):
+    a symbol inside an expression (``8*hc``) gets the smallest value that makes the dim reach that
+    size; a ``system``'s dependent symbols are solved from the others."""
     env: dict[str, int] = {}
     dependent = set(system.dependent) if system else set()
     for row in dims.values():
@@ -197,13 +250,28 @@ def typical(dims: dict[str, list], role_of: dict[str, str], level: int, system: 
                 if sym in env or sym in dependent:
                     continue
                 role = role_of.get(sym, "length")
-                sizes = TYPICAL[role]
+                sizes = role_sizes(role, (fit or {}).get(sym))
                 if level >= len(sizes) and role != "batch":
                     return None
                 env[sym] = _reaching(d, sym, sizes[level % len(sizes)], env)
     if system:
         env = system.solve(env)
     return None if env is None else _evaluate(dims, env)
+
+
+def role_sizes(role: str, rule: tuple[int, int] | None = None) -> tuple[int, ...]:
+    """A role's typical sizes that meet ``rule`` (minimum, multiple), else raised to it, each once,
+    and at least two of them (a 16 kHz VAD whose reflect Pad needs 65 samples: 128 and 256)."""
+    sizes = TYPICAL[role]
+    if rule is None:
+        return sizes
+    out = [size for size in sizes if fitted(size, rule) == size]
+    for size in sizes if len(out) < 2 else ():
+        if fitted(size, rule) not in out:
+            out.append(fitted(size, rule))
+    while len(out) < 2:
+        out.append(fitted(out[-1] * 2, rule))
+    return tuple(out)
 
 
 def _reaching(expr: ast.AST, sym: str, size: int, env: dict[str, int]) -> int:
@@ -257,15 +325,31 @@ def choose(model: onnx.ModelProto, given: list[Shapes], runs, where: str | None 
         return Choice(given or [{}], "static shapes" if not given else "given with --input-shapes")
     if given and all(not dynamic_dims(model, g) for g in given):
         return Choice(given, "given with --input-shapes")
-    role_of = roles(model, dims)
+    declared = dims
     budget = Budget(model, max_memory)
+    facts = graph_dims.read(model, plain_symbols(dims), MAX_ANALYSED_NODES, budget.stub)
+    fixed = {sym: size for sym, (size, _) in facts.sizes.items()}
+    dims = _fix(dims, fixed)
+    role_of = roles(model, dims)
+    for sym, axes in facts.spatial.items():  # a Conv's spatial dim: an image's side, or a signal's length
+        if role_of.get(sym) not in (None, "batch"):
+            role_of[sym] = "image" if axes >= 2 else "length"
+    for a, b, _ in facts.equal:  # a recurrent state's batch is a batch
+        if "batch" in (role_of.get(a), role_of.get(b)) and a in role_of and b in role_of:
+            role_of[a] = role_of[b] = "batch"
     factor = upsampling(budget, dims, role_of)
     role_of.update(dict.fromkeys(factor, "latent"))
-    search = _Search(base, runs, budget)
+    fit: Fit = {sym: (least, 1) for sym, (least, _) in facts.minimum.items() if sym in role_of}
+    for sym, multiple in strides(budget, dims, role_of, facts.spatial).items():
+        fit[sym] = (fit.get(sym, (1, 1))[0], multiple)
+    reading = _Reading(declared, facts, fit, role_of)
+    search = _Search(base, runs, budget, reading)
     plain = System([], dims, role_of, "")
+    equal = _system(reading.equations(), dims, role_of, "the ops that need them equal") if reading.equations() else None
     levels = range(max(len(v) for v in TYPICAL.values()))
-    queue = [(plain, level) for level in levels]
-    systems, found, analysed = [plain], [], False
+    systems = [equal, plain] if equal is not None else [plain]
+    queue = [(system, level) for system in systems for level in levels]
+    found, analysed = [], False
     guessed = False
     while queue or not (guessed or found):
         if not queue:  # nothing from the graph ran: relations the errors point at, one at a time
@@ -274,31 +358,36 @@ def choose(model: onnx.ModelProto, given: list[Shapes], runs, where: str | None 
             queue = [(s, 0) for s in extra]
             continue
         system, level = queue.pop(0)
-        full = search.attempt(typical(dims, role_of, level, system), system)
+        full = search.attempt(typical(dims, role_of, level, system, fit), system)
         if full is not None:
             found.append(full)
             if len(found) == 2:
                 kinds = ", ".join(f"{sym}: {role}" for sym, role in sorted(role_of.items()))
                 return search.choice(found, f"dynamic dims set to the sizes their role suggests ({kinds}"
-                                            f"{_upsampled(factor)}): {' and '.join(describe(s) for s in found)}", systems)
+                                            f"{_upsampled(factor)}): {' and '.join(describe(s) for s in found)}", systems, "role")
             if system not in systems:  # an error's relation that holds: its other sizes next
                 systems = [system, *systems]
                 queue = [(system, k) for k in levels if k != level]
-        elif search.failed and not analysed:
-            analysed = True
-            extra = _systems(model, dims, role_of)
-            systems = [*extra, plain]
-            queue = [(s, level) for s in extra for level in levels] + queue
+        elif search.failed:
+            if search.learn():  # a dim was too short for a node: its longer sizes, from the first
+                queue = [(system, k) for k in levels] + queue
+            if not analysed:
+                analysed = True
+                extra = _systems(model, dims, role_of, fixed)
+                systems = [*extra, *systems]
+                queue = [(s, level) for s in extra for level in levels] + queue
     typical_one = found[0] if found else None
     for system in systems:
         found = []
         for value in LADDER:
-            full = search.attempt(candidate(dims, value, system), system, typical_one)
+            full = search.attempt(candidate(dims, value, system, fit), system, typical_one)
             if full is not None and typical_one is not None:
                 return search.choice([typical_one, full], f"dynamic dims set to the sizes their role suggests "
                                      f"({describe(typical_one)}; the other typical sizes did not run) and, from the ladder, "
-                                     f"{describe(full)}", systems)
+                                     f"{describe(full)}", systems, "ladder")
             if full is None:
+                if search.failed:
+                    search.learn()
                 continue
             found.append((value, full))
             if len(found) == 1:
@@ -310,19 +399,145 @@ def choose(model: onnx.ModelProto, given: list[Shapes], runs, where: str | None 
             picked = [f for _, f in found[:2]]
             values = ", ".join(str(v) for v, _ in found[:2])
             return search.choice(picked, f"dynamic dims found by trying candidate sizes (free symbols = {values}): "
-                                         f"{' and '.join(describe(s) for s in picked)}", systems)
+                                         f"{' and '.join(describe(s) for s in picked)}", systems, "ladder")
     raise search.nothing(where)
+
+
+def plain_symbols(dims: dict[str, list]) -> dict[tuple[str, int], str]:
+    """(input, axis) -> symbol, for the dims that are one symbol (``batch``, not ``8*hc``)."""
+    return {(name, j): d.body.id for name, row in dims.items() for j, d in enumerate(row)
+            if not isinstance(d, int) and isinstance(getattr(d, "body", None), ast.Name)}
+
+
+def _fix(dims: dict[str, list], fixed: dict[str, int]) -> dict[str, list]:
+    """``dims`` with the symbols an op fixes (a Conv's input channels) set; every input stays."""
+    if not fixed:
+        return dims
+    out = {}
+    for name, row in dims.items():
+        out[name] = [d if isinstance(d, int) else _eval(d, fixed) if _symbols(d) <= set(fixed) else _bind(d, fixed) for d in row]
+    return out
+
+
+#: A spatial symbol's strides are measured by onnx's inference at this size and twice it (divisible
+#: by the stride products of image and audio models: 2^10, 3^2, 5, 7).
+_STRIDE_PROBE = 2**10 * 3**2 * 5 * 7
+#: A measured stride product above this is not asked of a size (a 1-D stack of many strides).
+MAX_MULTIPLE = 1024
+
+
+def strides(budget: Budget, dims: dict[str, list], role_of: dict[str, str], spatial: dict[str, int]) -> dict[str, int]:
+    """Per spatial symbol (one a Conv/pool reads as a spatial axis): the product of the strides its
+    dim is divided by on the way through the model (a UNet's 8 for three 2x downsamplings, whose
+    skip Concats then match after upsampling), measured as every tensor's dim at two sizes."""
+    syms = sorted(s for s in spatial if role_of.get(s) in ("image", "length", "latent"))
+    if not syms:
+        return {}
+    probes = []
+    for value in (_STRIDE_PROBE, 2 * _STRIDE_PROBE):
+        env = {s: value if s in syms else TYPICAL.get(r, TYPICAL["length"])[0] for s, r in role_of.items()}
+        shapes = _evaluate(dims, env)
+        got = None if shapes is None else budget.tensor_dims(shapes)
+        if not got:
+            return {}
+        probes.append(got)
+    multiple = 1
+    for name, a in probes[0].items():
+        b = probes[1].get(name, ())
+        for x, y in zip(a, b, strict=False):
+            step = y - x
+            if 0 < step < _STRIDE_PROBE and _STRIDE_PROBE % step == 0 and math.lcm(multiple, _STRIDE_PROBE // step) <= MAX_MULTIPLE:
+                multiple = math.lcm(multiple, _STRIDE_PROBE // step)
+    return dict.fromkeys(syms, multiple) if multiple > 1 else {}
+
+
+#: At most this many times a run's "too short" error raises sizes (each retries the typical sizes).
+MAX_LESSONS = 6
+
+
+class _Reading:
+    """What the graph said about the dims (:mod:`graphfix.verify.graph_dims`), what runs taught,
+    and the record of every dim the search set (:attr:`Choice.guessed`)."""
+
+    def __init__(self, declared: dict[str, list], facts: graph_dims.DimFacts, fit: Fit, role_of: dict[str, str]) -> None:
+        self.declared, self.facts, self.fit, self.role_of = declared, facts, fit, role_of
+        self.learned: dict[str, str] = {}
+        self.lessons = 0
+
+    def equations(self) -> list:
+        """The equalities the ops need, between symbols still free."""
+        import sympy
+
+        return [sympy.Symbol(a, integer=True, positive=True) - sympy.Symbol(b, integer=True, positive=True)
+                for a, b, _ in self.facts.equal if a in self.role_of and b in self.role_of]
+
+    def learn(self, error: str, shapes: Shapes) -> bool:
+        """Raise the minimum of the symbols a too-short node read (``graph_dims.too_short``); any
+        length/image symbol when the walk did not reach that node. True when one was raised."""
+        short = graph_dims.too_short(error)
+        if short is None or self.lessons >= MAX_LESSONS:
+            return False
+        self.lessons += 1
+        node, factor = short
+        values = {sym: shapes[name][j] for (name, j), sym in plain_symbols(self.declared).items() if name in shapes}
+        blamed = [s for s in self.facts.reaches.get(node, ()) if s in values and self.role_of.get(s) not in (None, "batch")]
+        blamed = blamed or [s for s in values if self.role_of.get(s) in ("length", "image", "latent")]
+        raised = False
+        for sym in blamed:
+            least, multiple = self.fit.get(sym, (1, 1))
+            size = math.ceil(values[sym] * factor)
+            if size > least:
+                self.fit[sym] = (size, multiple)
+                self.learned[sym] = f"onnxruntime said {node} needed it longer than {values[sym]}"
+                raised = True
+        return raised
+
+    def guessed(self, picked: list[Shapes], how: str, system: System | None) -> list[dict]:
+        """:attr:`Choice.guessed` for the shapes ``picked``."""
+        records: dict[str, dict] = {}
+        for name, row in self.declared.items():
+            for j, d in enumerate(row):
+                if isinstance(d, int):
+                    continue
+                key = ast.unparse(d)
+                rec = records.setdefault(key, {"dim": "?" if key.startswith("_unnamed_") else key, "inputs": [],
+                                               "values": [p[name][j] for p in picked if name in p]})
+                rec["inputs"].append([name, j])
+                if len(rec["inputs"]) > 1:
+                    continue
+                sym = key if isinstance(getattr(d, "body", None), ast.Name) else None
+                least, multiple = self.fit.get(sym, (1, 1))
+                first = sym or min(_symbols(d), default="")
+                rec.update({"how": how, "role": self.role_of.get(first, "length"), "why": "",
+                            "minimum": least, "multiple": multiple, "equals": None})
+                if sym in self.facts.sizes:
+                    rec.update(how="graph", role="fixed", why=self.facts.sizes[sym][1])
+                elif system is not None and sym in system.dependent:
+                    pair = next(((a, b, w) for a, b, w in self.facts.equal if sym in (a, b)), None)
+                    rec.update(how="relation", equals=pair and (pair[0] if pair[1] == sym else pair[1]),
+                               why=pair[2] if pair else f"{system.name}: {system.describe()}")
+                elif sym in self.learned:
+                    rec.update(how="learned", why=self.learned[sym])
+                else:
+                    why = [self.facts.minimum[sym][1]] if sym in self.facts.minimum else []
+                    why += [f"a multiple of {multiple}: the strides it passes"] if multiple > 1 else []
+                    rec["why"] = "; ".join(["its role's typical size"] * (how == "role") + why)
+        return list(records.values())
 
 
 def _upsampled(factor: dict[str, int]) -> str:
     return f"; the output is {max(factor.values())}x {', '.join(sorted(factor))}: a latent" if factor else ""
 
 
-def _systems(model: onnx.ModelProto, dims: dict[str, list], role_of: dict[str, str]) -> list[System]:
+def _systems(model: onnx.ModelProto, dims: dict[str, list], role_of: dict[str, str],
+             fixed: dict[str, int] | None = None) -> list[System]:
     """The relation systems to try, most assumed first: the graph's equations and an index's
-    guesses, then the equations alone."""
+    guesses, then the equations alone (the symbols an op fixes, ``fixed``, set in them)."""
     try:
         equations, guesses = relations(model)
+        if fixed:
+            equations, guesses = ([e for e in (_substituted(eq, fixed) for eq in found) if e is not None]
+                                  for found in (equations, guesses))
     except Exception:  # noqa: BLE001 - a best-effort reading of the graph: none, the search goes on by names
         equations, guesses = [], []
     out = []
@@ -331,6 +546,12 @@ def _systems(model: onnx.ModelProto, dims: dict[str, list], role_of: dict[str, s
     if equations:
         out.append(_system(equations, dims, role_of, "relations the graph implies"))
     return [s for s in out if s is not None and (s.dependent or s.checks)]
+
+
+def _substituted(eq, fixed: dict[str, int]):
+    """``eq`` with the fixed symbols' sizes, or None when nothing free is left in it."""
+    eq = eq.subs({s: fixed[s.name] for s in eq.free_symbols if s.name in fixed})
+    return eq if eq.free_symbols else None
 
 
 def _system(equations: list, dims: dict[str, list], role_of: dict[str, str], name: str) -> System | None:
@@ -346,32 +567,44 @@ _BOUND_ERROR = re.compile(r"out of (?:data )?bounds|invalid index|must be within
 MAX_GUESSED_SYMBOLS = 4
 
 
+#: A run's error that says two dims should have matched (a broadcast, an LSTM's ``initial_h`` against
+#: its ``X``): any two symbols are tried equal.
+_MISMATCH_ERROR = re.compile(r"broadcast|must have shape|incompatible dimensions|mismatch|do not match|not equal", re.I)
+#: At most this many symbols are paired by guessing from a mismatch (n(n-1)/2 guesses).
+MAX_PAIRED_SYMBOLS = 6
+
+
 def _error_systems(dims: dict[str, list], role_of: dict[str, str], errors: list[str]) -> list[System]:
-    """When the graph said nothing that ran and the runs failed on an index or a broadcast past a
-    dim ("invalid index found, index = 16" where a mask is as long as a cache plus the new tokens):
-    each length symbol as the sum of two others, as another plus one, or as twice another, each
-    tried on its own."""
-    lengths = sorted(s for s, r in role_of.items() if r == "length")
-    if not any(_BOUND_ERROR.search(e) for e in errors) or not 2 <= len(lengths) <= MAX_GUESSED_SYMBOLS:
-        return []
+    """When the graph said nothing that ran: after a mismatch between dims ("Input initial_h must
+    have shape {1,2,128}. Actual:{1,128,128}"), any two symbols equal (a recurrent state's batch named
+    apart from its input's); after an index or a broadcast past a dim ("invalid index found, index =
+    16" where a mask is as long as a cache plus the new tokens), each length symbol as the sum of two
+    others, as another plus one, or as twice another; each tried on its own."""
     import sympy
 
-    sym = {s: sympy.Symbol(s, integer=True, positive=True) for s in lengths}
+    free = sorted(role_of)
+    sym = {s: sympy.Symbol(s, integer=True, positive=True) for s in free}
     equations = []
-    for a in lengths:
-        others = [b for b in lengths if b != a]
-        equations += [sym[a] - sym[b] - sym[c] for b, c in itertools.combinations(others, 2)]
-        equations += [e for b in others for e in (sym[a] - sym[b] - 1, sym[a] - 2 * sym[b])]
-    systems = [_system([eq], dims, role_of, "a relation the run's errors suggested") for eq in equations]
+    if any(_MISMATCH_ERROR.search(e) for e in errors) and 2 <= len(free) <= MAX_PAIRED_SYMBOLS:
+        equations += [sym[a] - sym[b] for a, b in itertools.combinations(free, 2)]
+    lengths = [s for s in free if role_of[s] == "length"]
+    if any(_BOUND_ERROR.search(e) for e in errors) and 2 <= len(lengths) <= MAX_GUESSED_SYMBOLS:
+        for a in lengths:
+            others = [b for b in lengths if b != a]
+            equations += [sym[a] - sym[b] - sym[c] for b, c in itertools.combinations(others, 2)]
+            equations += [e for b in others for e in (sym[a] - sym[b] - 1, sym[a] - 2 * sym[b])]
+    systems = [_system([eq], dims, role_of, "a relation the run's errors suggested") for eq in dict.fromkeys(equations)]
     return [s for s in systems if s is not None]
 
 
 class _Search:
     """The candidates run so far: each at most once, none over the budget, the errors kept."""
 
-    def __init__(self, base: Shapes, runs, budget: Budget) -> None:
-        self.base, self.runs, self.budget = base, runs, budget
+    def __init__(self, base: Shapes, runs, budget: Budget, reading: _Reading) -> None:
+        self.base, self.runs, self.budget, self.reading = base, runs, budget, reading
         self.tried, self.errors, self.over, self.seen, self.failed = 0, [], [], [], False
+        self.too_big: list[str] = []  # candidates whose inputs hold over MAX_FEED_ELEMENTS
+        self.last: tuple[Shapes, str] | None = None  # the last failed run: its shapes and error
         self.by: dict[str, System] = {}  # shapes that ran -> the system they were solved in
 
     def attempt(self, shapes: Shapes | None, system: System, skip: Shapes | None = None) -> Shapes | None:
@@ -381,7 +614,10 @@ class _Search:
         if shapes is None:
             return None
         full = {**self.base, **shapes}
-        if full in self.seen or full == skip or _elements(full) > MAX_FEED_ELEMENTS:
+        if full in self.seen or full == skip:
+            return None
+        if _elements(full) > MAX_FEED_ELEMENTS:
+            self.too_big.append(describe(full))
             return None
         self.seen.append(full)
         over = self.budget.over(full)
@@ -395,11 +631,24 @@ class _Search:
             return full
         self.failed = True
         self.errors.append(f"{describe(full)}: {error}")
+        self.last = (full, error)
         return None
 
-    def choice(self, picked: list[Shapes], reason: str, systems: list[System]) -> Choice:
+    def learn(self) -> bool:
+        """Whether the last failed run's error raised a dim's minimum (:meth:`_Reading.learn`)."""
+        return self.last is not None and self.reading.learn(self.last[1], self.last[0])
+
+    def choice(self, picked: list[Shapes], reason: str, systems: list[System], how: str) -> Choice:
         solved = [self.by[describe(p)] for p in picked if self.by[describe(p)].equations]
-        if solved:
+        reading = self.reading
+        fixed = {s: reading.facts.sizes[s] for s in reading.facts.sizes}
+        if fixed:
+            reason += "; read from the graph: " + ", ".join(f"{s} = {v} ({why})" for s, (v, why) in sorted(fixed.items()))
+        asked = {s: r for s, r in reading.fit.items() if r != (1, 1)}
+        if asked:
+            reason += "; sizes the graph asks for: " + ", ".join(
+                ", ".join([f"{s} >= {lo}"] * (lo > 1) + [f"{s} a multiple of {m}"] * (m > 1)) for s, (lo, m) in sorted(asked.items()))
+        if solved and solved[0].describe():
             reason += f"; dims related by {solved[0].name}: {solved[0].describe()}"
         costs = [self.budget.cost(p) for p in picked]
         if all(c is not None for c in costs):
@@ -408,12 +657,16 @@ class _Search:
                        f"{_bytes(self.budget.max_memory)} and {worst.work:.2g} of {self.budget.max_work:.2g} multiply-adds a run")
         if self.over:
             reason += f" ({len(self.over)} larger candidate(s) not run, over it: {self.over[0]})"
-        return Choice(picked, reason, self.tried)
+        return Choice(picked, reason, self.tried, reading.guessed(picked, how, solved[0] if solved else None))
 
     def nothing(self, where: str | None) -> GraphfixError:
         if not self.tried and self.over:
             return GraphfixError(f"every candidate shape is over the budget ({'; '.join(self.over[:3])}); "
                                  "raise --max-memory or set shapes with --input-shapes name:1x3x224x224", where)
+        if not self.tried:  # every candidate skipped before running: no "(0 tried: )"
+            return GraphfixError(f"no candidate shape was run: each would feed more than {MAX_FEED_ELEMENTS} input elements "
+                                 f"(the first: {self.too_big[0] if self.too_big else 'none'}); "
+                                 "set shapes with --input-shapes name:1x3x224x224", where)
         listing = "; ".join(self.errors[:4])
         over = f"; {len(self.over)} not run, over the budget (--max-memory)" if self.over else ""
         return GraphfixError(f"onnxruntime cannot run the input model at any candidate shape ({self.tried} tried: {listing}{over}); "
@@ -530,7 +783,26 @@ class Budget:
             return f"an estimated {c.work:.2g} multiply-adds per run are over the time budget of {self.max_work:.2g}"
         return None
 
-    def _cost(self, shapes: Shapes) -> Cost:
+    def tensor_dims(self, shapes: Shapes) -> dict[str, tuple[int, ...]] | None:
+        """Every tensor's static dims that shape inference gives at these input shapes: onnx's, or
+        onnxruntime's symbolic inference where onnx's loses a resampling op's output (a UNet's time
+        embedding, expanded to a data-dependent shape, leaves every block after the first unknown).
+        None when neither runs."""
+        if self.stub is None:
+            return None
+        try:
+            stub = self._at(shapes)
+            inferred = self._inferred(stub)
+        except Exception:  # noqa: BLE001 - onnx's inference refuses some graphs
+            return None
+        found = _static_dims(inferred.graph.value_info)
+        if any(n.op_type in _RESAMPLING and n.output[0] not in found for n in stub.graph.node if n.output):
+            refined = _symbolic_inference(stub)
+            if refined is not None:
+                found = _static_dims(refined.known_vi_.values())
+        return found
+
+    def _at(self, shapes: Shapes) -> onnx.ModelProto:
         stub = onnx.ModelProto()
         stub.CopyFrom(self.stub)
         for vi in stub.graph.input:
@@ -538,7 +810,15 @@ class Budget:
                 for d, v in zip(vi.type.tensor_type.shape.dim, shapes[vi.name], strict=True):
                     d.Clear()
                     d.dim_value = int(v)
-        inferred = onnx.shape_inference.infer_shapes(stub, data_prop=True)
+        return stub
+
+    @staticmethod
+    def _inferred(stub: onnx.ModelProto) -> onnx.ModelProto:
+        return onnx.shape_inference.infer_shapes(stub, data_prop=True)
+
+    def _cost(self, shapes: Shapes) -> Cost:
+        stub = self._at(shapes)
+        inferred = self._inferred(stub)
         cost = self._liveness(inferred.graph.node, {vi.name: vi for vi in [*inferred.graph.input, *inferred.graph.value_info]})
         if cost.unknown and cost.memory > self.max_memory // 64:
             # onnx's inference loses sizes computed through Shape->Reshape (attention heads): where
@@ -597,6 +877,20 @@ class Budget:
                     live -= sizes.pop(t)
         outs = {o: tuple(dims(o) or ()) for o in self.outputs}
         return Cost(self.weights + ARENA_FACTOR * peak, work, outs, unknown)
+
+
+#: Ops that change a spatial size (the strides :func:`strides` measures).
+_RESAMPLING = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "Resize", "Upsample",
+                         "DepthToSpace", "SpaceToDepth"})
+
+
+def _static_dims(value_infos) -> dict[str, tuple[int, ...]]:
+    found = {}
+    for vi in value_infos:
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            found[vi.name] = tuple(d.dim_value for d in tt.shape.dim)
+    return found
 
 
 def _symbolic_inference(model: onnx.ModelProto):

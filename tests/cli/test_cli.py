@@ -45,7 +45,7 @@ def test_main_job_writes_model_table_and_reports(src, tmp_path, capsys):
     data = json.loads((tmp_path / "r.json").read_text())
     clip = next(p for p in data["passes"] if p["name"] == "fold-clip")
     assert clip["verdict"] == "kept" and clip["rewritten"] == 1 and max(o["max_abs"] for o in clip["outputs"].values()) <= 1e-6
-    assert data["final"]["descriptors"]["max_abs"] <= 1e-6 and data["schema"] == 2
+    assert data["final"]["descriptors"]["max_abs"] <= 1e-6 and data["schema"] == 3
     assert data["sessions"] >= 2 and data["status"] == "ok"
     assert "| fold-clip |" in (tmp_path / "r.md").read_text()
     # polygraphy can read what we wrote

@@ -55,7 +55,10 @@ def test_requantize_symmetric_makes_asymmetric_quantization_symmetric_and_says_b
 def test_without_the_option_asymmetric_zero_points_stay_and_a_pass_list_cannot_name_it(tmp_path):
     dst = tmp_path / "out.onnx"
     done = _fix("ortquant_mlp_qdq_u8u8_asym.onnx", dst)
-    assert "requantize-symmetric" not in done.stdout
+    assert all(p["name"] != "requantize-symmetric" for p in json.loads(dst.with_suffix(".json").read_text())["passes"])
+    # TensorRT refuses the asymmetric zero points: exit 4, the exact remedy and the opt-in both named
+    assert done.returncode == 4 and "ActivationSymmetric" in done.stdout
+    assert "clear with an opt-in rewrite that changes results: --requantize-symmetric" in done.stdout + done.stderr
     inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(dst)).graph.initializer}
     assert any(v.dtype.name == "uint8" and v.any() for v in inits.values())
     listed = subprocess.run([sys.executable, "-m", "graphfix", "fix", str(REAL / "ortquant_mlp_qdq_u8u8_asym.onnx"),

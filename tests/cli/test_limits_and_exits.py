@@ -65,6 +65,18 @@ def test_fix_numbers_out_of_range_are_refused_with_the_limit(args, limit, src, t
     assert not (tmp_path / "out.onnx").exists()
 
 
+@pytest.mark.parametrize("args,says", [
+    (["--fix-shapes", "x:1x4", "x:2x4"], ("--fix-shapes", "'x' twice", "1x4 and 2x4")),
+    (["--fix-shapes", "x:1x4,x:1x4"], ("--fix-shapes", "'x' twice")),
+    (["--trt-min-shapes", "x:1x4", "x:2x4", "--trt-opt-shapes", "x:2x4", "--trt-max-shapes", "x:4x4"],
+     ("--trt-min-shapes", "'x' twice")),
+    (["--val-range", "x:[0,1]", "--val-range", "x:[0,5]"], ("--val-range", "'x' twice")),
+])
+def test_one_input_given_two_values_is_refused_not_the_last_kept(args, says, src, tmp_path, capfd):
+    _one_line_refusal([src, tmp_path / "out.onnx", *args], capfd, *says)
+    assert not (tmp_path / "out.onnx").exists()
+
+
 @pytest.mark.parametrize("jobs", ["0", "257", "99999999999999999999"])
 def test_check_jobs_out_of_range_is_refused_with_the_limit(jobs, src, capfd):
     _one_line_refusal(["check", src, src, "--trt", "8.6", "--jobs", jobs], capfd, "--jobs", "1..256")
@@ -95,6 +107,13 @@ def test_batch_names_that_collide_are_refused_before_any_work(inputs, reports, s
     args = [*(tmp_path / n for n in inputs), "--out-dir", out, *(a for r in reports for a in ("--report", r)), "--quiet"]
     _one_line_refusal(args, capfd, "--out-dir", says)
     assert list(out.iterdir()) == []
+
+
+def test_an_out_dir_that_is_a_file_is_said_to_be_no_directory(src, tmp_path, capfd):
+    afile = tmp_path / "out.txt"
+    afile.write_text("")
+    line = _one_line_refusal([src, "--out-dir", afile], capfd, "--out-dir: not a directory")
+    assert "no such" not in line
 
 
 def test_batch_output_onto_another_input_is_refused(src, tmp_path, capfd):

@@ -1,5 +1,6 @@
 """Models more than one place builds: the weight chain (tests/onnxio/test_external_data.py, and
-bench/external_data.py, bench/worker_overhead.py in a child process)."""
+bench/external_data.py, bench/worker_overhead.py in a child process); the many-outputs model
+(tests/verify/test_verification_cost.py, bench/many_outputs.py)."""
 
 from __future__ import annotations
 
@@ -22,4 +23,20 @@ def weight_chain(blocks: int, dim: int, value: float | None = None) -> onnx.Mode
         x = f"y{k}"
     graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, dim])],
                               [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, dim])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def many_outputs(n: int) -> onnx.ModelProto:
+    """``x`` [2, 8] -> ``n`` outputs y0..y{n-1} (Identity, Relu, ...) beside a Clip whose bound is
+    Constant->Cast (fold-clip rewrites it, so verification runs and compares every output)."""
+    nodes = [
+        helper.make_node("Constant", [], ["lo"], name="/lo", value=numpy_helper.from_array(np.array(-0.5, np.float64))),
+        helper.make_node("Cast", ["lo"], ["lof"], name="/Cast", to=TensorProto.FLOAT),
+        helper.make_node("Clip", ["x", "lof"], ["clipped"], name="/Clip"),
+    ]
+    outputs = [helper.make_tensor_value_info("clipped", TensorProto.FLOAT, [2, 8])]
+    for k in range(n):
+        nodes.append(helper.make_node("Relu" if k % 2 else "Identity", ["x"], [f"y{k}"], name=f"/out{k}"))
+        outputs.append(helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, [2, 8]))
+    graph = helper.make_graph(nodes, "many_outputs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])], outputs)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)

@@ -326,3 +326,15 @@ def test_mask_shorter_than_a_dynamic_external_cache_is_padded_at_runtime():
              "n": np.array([4, 5], np.int64)}
     want = ReferenceEvaluator(m).run(None, feeds)[0]
     np.testing.assert_allclose(ort_run(result.model, feeds)[0], want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("attrs,says", [({"is_causal": 7}, "is_causal 7"), ({"scale": float("nan")}, "scale nan"),
+                                        ({"scale": -0.5}, "scale -0.5"), ({"softcap": float("inf")}, "softcap inf")],
+                         ids=["is_causal_7", "scale_nan", "scale_negative", "softcap_inf"])
+def test_out_of_spec_attributes_are_findings_not_rewrites(attrs, says):
+    """onnxruntime reads is_causal 7 as 0 and the decomposition has no NaN or negative scale:
+    the node is left as it is and said why, not rewritten for verification to roll back."""
+    m = model([node("Attention", ["q", "k", "v"], ["y"], **attrs)], [inp(n, FLOAT, [1, 2, 4, 8]) for n in "qkv"],
+              [out("y", FLOAT, [1, 2, 4, 8])], opset=23)
+    applied = passes.get(PASS).apply(m)
+    assert applied.rewritten == 0 and says in applied.findings[0].message, applied.findings

@@ -186,3 +186,68 @@ def test_sequence_branch_outputs_keep_their_types():
     m = freeze_inputs(node_cases("If")[0].model, {"cond": np.array(True)})
     out_model = passes.get("if-inline").apply(m).model
     assert out_model.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+
+
+# ------------------------------------------------ Ifs decided by shapes (TorchScript's input.dim())
+def _rank_condition(form: str) -> list:
+    """``unbatched`` computed from x's static rank or a static dim only (x's batch dim is dynamic)."""
+    nodes = [node("Shape", ["x"], ["shp"])]
+    if form == "size":  # x.dim() == 2
+        nodes += [node("Size", ["shp"], ["rank"]), const("two", 2, np.int64), node("Equal", ["rank", "two"], ["batched"])]
+    elif form == "shape_of_shape":  # Shape -> Shape -> Gather, the constant through a Cast
+        nodes += [node("Shape", ["shp"], ["shp2"]), const("zero", 0, np.int64), node("Gather", ["shp2", "zero"], ["rank"], axis=0),
+                  const("two32", 2, np.int32), node("Cast", ["two32"], ["two"], to=TensorProto.INT64),
+                  node("Equal", ["rank", "two"], ["batched"])]
+    elif form == "dim_and_rank":  # x.dim() == 2 and x.shape[1] == 4
+        nodes += [node("Size", ["shp"], ["rank"]), const("two", 2, np.int64), node("Equal", ["rank", "two"], ["is2"]),
+                  const("one", 1, np.int64), node("Gather", ["shp", "one"], ["d1"], axis=0), const("four", 4, np.int64),
+                  node("Equal", ["d1", "four"], ["is4"]), node("And", ["is2", "is4"], ["batched"])]
+    return [*nodes, node("Not", ["batched"], ["unbatched"])]
+
+
+def _recurrent_cell(form: str) -> onnx.ModelProto:
+    """torch.jit.script of LSTMCell/GRUCell: ``if not is_batched: input = input.unsqueeze(0)``, the
+    cell, then ``if not is_batched: ret = ret.squeeze(0)``: two Ifs whose branches differ in rank,
+    the second one's branch shapes unknown until the first is gone."""
+    vi = helper.make_tensor_value_info
+    unsqueeze = _branch([const("ax", [0], np.int64), node("Unsqueeze", ["x", "ax"], ["xu"])], [vi("xu", FLOAT, None)], "then")
+    keep = _branch([node("Identity", ["x"], ["xi"])], [vi("xi", FLOAT, None)], "else")
+    squeeze = _branch([const("ax2", [0], np.int64), node("Squeeze", ["h", "ax2"], ["hs"])], [vi("hs", FLOAT, None)], "then2")
+    keep2 = _branch([node("Identity", ["h"], ["hi"])], [vi("hi", FLOAT, None)], "else2")
+    nodes = [*_rank_condition(form),
+             node("If", ["unbatched"], ["x3"], name="/If_unsqueeze", then_branch=unsqueeze, else_branch=keep),
+             node("Tanh", ["x3"], ["h"], name="/cell/Tanh"),
+             node("If", ["unbatched"], ["y"], name="/If_squeeze", then_branch=squeeze, else_branch=keep2)]
+    return model(nodes, [inp("x", FLOAT, ["batch", 4])], [out("y", FLOAT, ["batch", 4])], opset=17)
+
+
+def _all_ops(m: onnx.ModelProto) -> list[str]:
+    from graphfix.onnxio.proto import all_nodes
+
+    return [n.op_type for n in all_nodes(m.graph)]
+
+
+@pytest.mark.parametrize("version", ["8.5", "10.1"])
+@pytest.mark.parametrize("form", ["size", "shape_of_shape", "dim_and_rank"])
+def test_rank_test_ifs_of_a_scripted_cell_are_inlined(form, version):
+    """Before: the second If (its branch shapes unknown) stayed for TensorRT to build both branches."""
+    import graphfix
+
+    m = _recurrent_cell(form)
+    result = graphfix.fix(m, passes="auto", trt=version, input_shapes={"x": (3, 4)})
+    assert result.report.status == "ok"
+    assert "If" not in _all_ops(result.model)
+    x = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose(ort_run(result.model, {"x": x})[0], np.tanh(x), rtol=1e-6)
+    assert not _if_findings(result.model, version)
+
+
+def test_rank_test_ifs_inside_a_loop_body_are_inlined():
+    import graphfix
+    from tests.helpers.control_flow import strictly_inferred, wrapped_in_loop
+
+    m = wrapped_in_loop(_recurrent_cell("size"))
+    result = graphfix.fix(m, passes="auto", trt="8.5", input_shapes={"x": (3, 4)})
+    assert result.report.status == "ok"
+    assert "If" not in _all_ops(result.model) and "Loop" in _all_ops(result.model)
+    strictly_inferred(result.model)

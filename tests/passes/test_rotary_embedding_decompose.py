@@ -86,3 +86,12 @@ def test_random_rotary_equals_onnxruntime(batch, heads, seq, half, extra, interl
         feeds["pos"] = r.integers(0, max_pos, (batch, seq)).astype(np.int64)
     result = check_rewrite(m, PASS, feeds, *TOL[dtype])
     assert "RotaryEmbedding" not in _ops(result.model)
+
+
+@pytest.mark.parametrize("attrs,says", [({"interleaved": 7}, "interleaved 7"), ({"rotary_embedding_dim": -2}, "rotary_embedding_dim -2")],
+                         ids=["interleaved_7", "negative_dim"])
+def test_out_of_spec_attributes_are_findings_not_rewrites(attrs, says):
+    """onnxruntime reads interleaved 7 as 0: the node is left as it is and said why, not rewritten
+    for verification to roll back."""
+    applied = passes.get(PASS).apply(_rope([1, 2, 3, 8], [10, 4], [1, 3], **attrs))
+    assert applied.rewritten == 0 and says in applied.findings[0].message, applied.findings

@@ -61,12 +61,6 @@ def test_command_lines():
     assert compared["polygraphy"].endswith("--load-inputs r.inputs.json --load-outputs r.outputs.json --atol 0.001 --rtol 0.001")
 
 
-def test_covering_profile_holds_every_verified_set():
-    sets = [{"a": [2, 3], "b": [1, 8]}, {"a": [4, 3], "b": [1, 2]}]
-    assert engine.covering_profile(sets, ["a", "b"]) == {"a": ((2, 3), (2, 3), (4, 3)), "b": ((1, 2), (1, 8), (1, 8))}
-    assert engine.covering_profile(sets, ["a"]) == {"a": ((2, 3), (2, 3), (4, 3))}
-
-
 def _printed(capsys) -> dict[str, list[str]]:
     return {tool: shlex.split(line) for tool, line in (ln.split(": ", 1) for ln in capsys.readouterr().out.splitlines()
                                                        if ln.startswith(("trtexec: ", "polygraphy: ")))}

@@ -165,6 +165,26 @@ def test_every_candidate_over_the_budget_is_one_line_that_says_so():
     assert calls == []
 
 
+@pytest.mark.parametrize("name", ["+".join(["N"] * 3000), "-" * 3000 + "N", "N*" * 150 + "N"], ids=["sum", "minuses", "product"])
+def test_a_dim_named_by_a_long_expression_is_a_name_not_a_recursion(name):
+    """A dim_param is understood (a short expression) or is a name: never parsed past Python's
+    recursion limit. Each dim named so gets its own size, and the model runs there."""
+    m = model([node("Relu", ["x"], ["y"])], [inp("x", FLOAT, [name, 3])], [out("y", FLOAT, [name, 3])])
+    choice = choose(m, [], _runs(m))
+    assert len(choice.shapes) == 2 and all(s["x"][1] == 3 for s in choice.shapes)
+
+
+def test_a_search_that_runs_no_candidate_says_why_not_zero_tried():
+    """Every candidate's inputs over the feed budget (a static 2e7-wide dim): none is run, and the
+    refusal says why, not "(0 tried: )"."""
+    m = model([node("Relu", ["x"], ["y"])], [inp("x", FLOAT, ["N", 20_000_000])], [out("y", FLOAT, ["N", 20_000_000])])
+    calls = []
+    with pytest.raises(GraphfixError) as info:
+        choose(m, [], lambda shapes: calls.append(shapes), max_memory=1 << 40)
+    assert calls == [] and "tried" not in str(info.value), str(info.value)
+    assert "no candidate shape was run" in str(info.value) and "x:1x20000000" in str(info.value)
+
+
 def test_the_estimate_sees_the_attention_matrix_of_a_latent_decoder():
     """At a 224x224 latent the mid-block attention alone is 50176^2 floats (10 GB): the
     estimate says so before anything runs (what grew a run to 20.9 GB)."""

@@ -4,6 +4,7 @@ opens no onnxruntime session (no shape search, no probe, no noise floor) and wri
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import onnxruntime
@@ -14,6 +15,7 @@ from fixtures.recipes import fold_clip, mod_decompose
 from fixtures.recipes._onnx import FLOAT, const, inp, model, node, out
 from graphfix.cli.main import main
 from graphfix.runtime import worker as runtime_worker
+from tests.helpers.models import many_outputs
 
 
 def _unrunnable_anywhere():
@@ -81,3 +83,33 @@ def test_a_rewrite_still_pays_for_verification():
     result = graphfix.fix(fold_clip.clip_cast_bounds(), "fold-clip")
     assert result.report.passes[0].verdict == "kept" and result.report.sessions >= 2
     assert result.outcome.baseline is not None and result.outcome.feeds
+
+
+def _python_calls(run) -> int:
+    """Python function calls made in this process while ``run()`` runs (the worker's are its own)."""
+    calls = 0
+
+    def count(frame, event, arg):  # noqa: ARG001 - sys.setprofile's signature
+        nonlocal calls
+        calls += event == "call"
+
+    sys.setprofile(count)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+#: Python calls verification may make per output of the model: about 145 now; polygraphy's
+#: comparison and its IterationResult made 13,700 (a model with 8000 outputs took minutes).
+CALLS_PER_OUTPUT = 1000
+
+
+def test_each_output_costs_a_bounded_amount_of_python_work():
+    """Linear in the number of outputs with a small constant: every output is compared in plain
+    numpy, not through polygraphy's formatting and logging comparator."""
+    graphfix.fix(many_outputs(5), "fold-clip")  # the worker started, onnxruntime imported
+    calls = {n: _python_calls(lambda n=n: graphfix.fix(many_outputs(n), "fold-clip")) for n in (40, 160)}
+    per_output = (calls[160] - calls[40]) / 120
+    assert per_output < CALLS_PER_OUTPUT, calls

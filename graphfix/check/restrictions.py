@@ -1,0 +1,233 @@
+"""Parser rules no graphfix pass rewrites: `graphfix check` reports them and names what to change.
+
+Each :class:`Restriction` is one thing a TensorRT release's ONNX parser refuses (a blocking
+finding) or computes differently from ONNX (``wrong-results``: a warning), with the releases it
+holds for, read in the onnx-tensorrt importer source of those releases (branch and file in
+``evidence``), and the change to the export that clears it (``upstream``, printed as the fix).
+Releases after 10.1 keep a rule read at 10.1-GA where their docs/operators.md says the same (no
+importer source of those releases was read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import is_weights, optional_input, tensor_dtype
+from graphfix.passes.base import LIMIT, TYPE, WRONG_RESULTS, Context
+from graphfix.trt.versions import VersionRange
+
+QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+#: Zero-point types whose values the importers check (shiftIsAllZeros reads them as bytes).
+_INTEGER_ZERO_POINTS = frozenset({"int8", "uint8", "int16", "uint16", "int4", "uint4"})
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """One parser rule with no rewrite: ``detect`` gives the finding's message when the node
+    breaks it (None when it does not)."""
+
+    name: str
+    ops: frozenset[str]
+    kind: str
+    versions: str
+    detect: Callable[[gs.Node, Context], str | None]
+    evidence: str
+    upstream: str
+    error: str | None = None
+    #: The rule is about the node's input types (check's generic type warning is then left out).
+    types: bool = False
+    #: Quote the errors.json example of ``error`` that holds this text.
+    prefer: str | None = None
+
+    @cached_property
+    def range(self) -> VersionRange:
+        return VersionRange(self.versions)
+
+    @property
+    def blocking(self) -> bool:
+        """The parser refuses (wrong-results rules: it builds, and computes something else)."""
+        return self.kind != WRONG_RESULTS
+
+
+# ----------------------------------------------------------------- QuantizeLinear / DequantizeLinear
+def _known(t: gs.Tensor | None, ctx: Context) -> np.ndarray | None:
+    """The value of an initializer or Constant output (what the importer sees as weights)."""
+    if t is None or not is_weights(t, empty=False):
+        return None
+    value = ctx.folder.value(t)
+    return None if value is None else np.asarray(value)
+
+
+def _dtype(t: gs.Tensor | None) -> str | None:
+    dtype = tensor_dtype(t) if t is not None else None
+    return None if dtype is None else str(dtype)
+
+
+def _nonzero_zero_point(node: gs.Node, ctx: Context) -> str | None:
+    zero_point = optional_input(node, 2)
+    if _dtype(zero_point) not in _INTEGER_ZERO_POINTS:
+        return None  # FP8 zero points are not checked (and not read)
+    value = _known(zero_point, ctx)
+    if value is None or not value.any():
+        return None
+    shown = ", ".join(str(v) for v in value.reshape(-1)[:4]) + (", …" if value.size > 4 else "")
+    return (f"zero point '{zero_point.name}' is not all zeros ({shown}): TensorRT only supports symmetric "
+            f"quantization")
+
+
+def _uint8(node: gs.Node, ctx: Context) -> str | None:
+    """DequantizeLinear reads UINT8 data (weights, a graph input, a Cast: what TensorRT types as
+    UINT8, not a QuantizeLinear's output, which it types INT8 and which the Q's own finding
+    covers), or QuantizeLinear writes UINT8 (its zero point's type)."""
+    x = node.inputs[0] if node.inputs else None
+    if node.op == "DequantizeLinear" and _dtype(x) == "uint8" and not (x.inputs and x.inputs[0].op == "QuantizeLinear"):
+        return f"input '{x.name}' is UINT8: TensorRT quantizes to INT8 only"
+    zero_point = optional_input(node, 2)
+    if node.op == "QuantizeLinear" and _dtype(zero_point) == "uint8":
+        return f"zero point '{zero_point.name}' is UINT8: TensorRT quantizes to INT8 only"
+    return None
+
+
+def _uint8_as_int8(node: gs.Node, ctx: Context) -> str | None:
+    found = _uint8(node, ctx)
+    return None if found is None else f"{found}; this release accepts it and computes INT8: values above 127 saturate"
+
+
+def _uint8_without_zero_point(node: gs.Node, ctx: Context) -> str | None:
+    """QuantizeLinear with no zero point writes UINT8 in ONNX (unless ``output_dtype`` says
+    otherwise); 9.0+ quantize to INT8 instead."""
+    if node.op != "QuantizeLinear" or optional_input(node, 2) is not None:
+        return None
+    if node.attrs.get("output_dtype", 0) not in (0, 2):  # 2: TensorProto.UINT8
+        return None
+    return ("no zero point: ONNX quantizes to UINT8 [0, 255], TensorRT to INT8 [-128, 127] (values above 127 "
+            "saturate, negative values are kept)")
+
+
+def _no_zero_point(node: gs.Node, ctx: Context) -> str | None:
+    if optional_input(node, 2) is not None:
+        return None
+    return "no zero point input: this release requires all 3 inputs"
+
+
+def _non_positive_scale(node: gs.Node, ctx: Context) -> str | None:
+    value = _known(optional_input(node, 1), ctx)
+    if value is None or value.size == 0 or not np.issubdtype(value.dtype, np.floating) or bool((value > 0).all()):
+        return None
+    return f"scale '{node.inputs[1].name}' has values <= 0 (min {float(value.min()):g}): scales must all be positive"
+
+
+_QDQ_SOURCE = "onnx-tensorrt QuantDequantLinearHelper"
+_SYMMETRIC = (f"{_QDQ_SOURCE}: ASSERT(shiftIsAllZeros(zeroPoint)) 'TRT only supports symmetric quantization' on a "
+              "weights zero point, builtin_op_importers.cpp 8.0-GA..8.6-GA, 9.1, 9.3 (9.0-GA and 9.2: DequantizeLinear only, "
+              "QuantizeLinear's zero point is not read there), onnxOpImporters.cpp 10.0-GA, 10.1-GA, main@7ecb49a; "
+              "docs/operators.md 8.0-GA..10.1-GA and the 10.6+ tables: 'zero_point must be 0'")
+#: Releases whose importer checks both ops' zero points, and those that check (and read) only
+#: DequantizeLinear's: 9.0-GA and 9.2 test ``chosenDataType == kINT8 && isDQ``, 9.1 and 9.3 do not.
+_BOTH_CHECKED, _DQ_ONLY_CHECKED = ">=8.0,<9.0 || >=9.1,<9.2 || >=9.3", ">=9.0,<9.1 || >=9.2,<9.3"
+_REQUANTIZE = ("re-quantize symmetrically with INT8 zero points of 0 (onnxruntime.quantization.quantize_static(..., "
+               "quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, "
+               "extra_options={'ActivationSymmetric': True, 'WeightSymmetric': True}), or NVIDIA ModelOpt / "
+               "pytorch-quantization, which write TensorRT's Q/DQ form)")
+
+
+# --------------------------------------------------------------------------------------------- If
+def _branch_outputs(node: gs.Node) -> list[tuple[gs.Tensor, gs.Tensor]] | None:
+    then, other = node.attrs.get("then_branch"), node.attrs.get("else_branch")
+    if not isinstance(then, gs.Graph) or not isinstance(other, gs.Graph) or len(then.outputs) != len(other.outputs):
+        return None
+    return list(zip(then.outputs, other.outputs, strict=True))
+
+
+def _runtime_condition(node: gs.Node, ctx: Context) -> bool:
+    """Not a build-time constant: TensorRT builds an IIfConditional (an initializer condition is
+    inlined by the importer, one that folds by graphfix's if-inline)."""
+    return bool(node.inputs) and not is_weights(node.inputs[0]) and ctx.folder.value(node.inputs[0]) is None
+
+
+def _rank_mismatch(node: gs.Node, ctx: Context) -> str | None:
+    pairs = _branch_outputs(node)
+    if pairs is None or not _runtime_condition(node, ctx):
+        return None
+    differ = [f"output {k}: then '{a.name}' rank {len(a.shape)}, else '{b.name}' rank {len(b.shape)}"
+              for k, (a, b) in enumerate(pairs) if a.shape is not None and b.shape is not None and len(a.shape) != len(b.shape)]
+    return f"then/else outputs differ in rank ({'; '.join(differ)}) and the condition is computed at runtime" if differ else None
+
+
+def _dims_mismatch(node: gs.Node, ctx: Context) -> str | None:
+    pairs = _branch_outputs(node)
+    if pairs is None or not _runtime_condition(node, ctx):
+        return None
+    differ = [f"output {k}: then '{a.name}' {list(a.shape)}, else '{b.name}' {list(b.shape)}"
+              for k, (a, b) in enumerate(pairs)
+              if a.shape is not None and b.shape is not None and len(a.shape) == len(b.shape)
+              and any(isinstance(x, int) and isinstance(y, int) and x != y for x, y in zip(a.shape, b.shape, strict=True))]
+    return f"then/else outputs differ in static dims ({'; '.join(differ)}) and the condition is computed at runtime" \
+        if differ else None
+
+
+_IF_FIX = ("make both branches return the same shape (Reshape/Unsqueeze the shorter branch's output inside it), or "
+           "decide the branch at export time (a static shape, a Python-level condition) so the If folds; "
+           "merged decoders: export the with-past and without-past decoders as separate models")
+
+
+RESTRICTIONS: tuple[Restriction, ...] = (
+    Restriction("qdq-uint8", QDQ, TYPE, ">=8.5", _uint8,
+                f"{_QDQ_SOURCE}: CHECK(notInvalidType(inputs.at(0), {{\"UINT8\"}})) and, for QuantizeLinear, "
+                "notInvalidType(inputs.at(2), {\"UINT8\"}): 'Found invalid input type of UINT8' (8.x-9.x) / 'Found unsupported input type of UINT8' (10.x), builtin_op_importers.cpp "
+                "8.5-GA, 8.6-GA, 9.0-GA, 9.3; onnxOpImporters.cpp 10.0-GA, 10.1-GA, main@7ecb49a (the 9.0+ warning 'TensorRT "
+                "will use INT8 instead' of a UINT8 zero point comes after these checks); docs/operators.md lists "
+                "DequantizeLinear for INT8 (8.x) / INT8, FP8, INT4 (9.0+) only",
+                f"quantize to INT8: {_REQUANTIZE}", error="qdq-uint8", types=True),
+    Restriction("qdq-uint8-as-int8", QDQ, WRONG_RESULTS, ">=8.0,<8.5", _uint8_as_int8,
+                "builtin_op_importers.cpp 8.0-GA..8.4-GA: no type check; UINT8 weights are widened to INT32 "
+                "(onnx2trt_utils.cpp convertUINT8) and the layer quantizes to INT8",
+                f"quantize to INT8: {_REQUANTIZE}", types=True),
+    Restriction("qdq-zero-point", QDQ, LIMIT, _BOTH_CHECKED, _nonzero_zero_point, _SYMMETRIC,
+                f"use symmetric quantization: {_REQUANTIZE}", error="qdq-asymmetric-zero-point"),
+    Restriction("qdq-zero-point-dq", frozenset({"DequantizeLinear"}), LIMIT, _DQ_ONLY_CHECKED, _nonzero_zero_point,
+                _SYMMETRIC, f"use symmetric quantization: {_REQUANTIZE}", error="qdq-asymmetric-zero-point"),
+    Restriction("q-zero-point-ignored", frozenset({"QuantizeLinear"}), WRONG_RESULTS, _DQ_ONLY_CHECKED, _nonzero_zero_point,
+                f"{_QDQ_SOURCE}, builtin_op_importers.cpp 9.0-GA, 9.2: the zero point is checked and read only "
+                "'if (chosenDataType == DataType::kINT8 && isDQ)': a QuantizeLinear's is dropped (quantized as if 0)",
+                f"use symmetric quantization: {_REQUANTIZE}"),
+    Restriction("qdq-three-inputs", QDQ, LIMIT, ">=8.0,<8.6", _no_zero_point,
+                f"{_QDQ_SOURCE}: ASSERT(inputs.size() == 3) 'This version of TensorRT requires 3 inputs for the "
+                "DequantizeLinear operator', builtin_op_importers.cpp 8.0-GA..8.5-GA (8.6-GA asks for at least 2)",
+                "add an INT8 zero point of 0 as the third input (same shape as the scale)"),
+    Restriction("q-default-uint8", frozenset({"QuantizeLinear"}), WRONG_RESULTS, ">=9.0", _uint8_without_zero_point,
+                f"{_QDQ_SOURCE}: 'ONNX default is UINT8, TRT will default to INT8' (chosenDataType = kINT8 when there is "
+                "no zero point), builtin_op_importers.cpp 9.0-GA, 9.3; onnxOpImporters.cpp 10.0-GA, 10.1-GA",
+                "add an INT8 zero point of 0 as the third input (or output_dtype=INT8 at opset 21+)"),
+    Restriction("qdq-scale-positive", QDQ, LIMIT, ">=8.0", _non_positive_scale,
+                f"{_QDQ_SOURCE}: ASSERT(scaleAllPositive) 'Scale coefficients must all be positive' on a weights scale, "
+                "builtin_op_importers.cpp 8.0-GA..9.3, onnxOpImporters.cpp 10.0-GA, 10.1-GA, main@7ecb49a",
+                "give every scale a positive value (a channel whose weights are all zero still needs a scale > 0, e.g. 1)",
+                error="qdq-scale-not-positive"),
+    Restriction("if-branch-rank", frozenset({"If"}), LIMIT, ">=8.0", _rank_mismatch,
+                "importIf with a tensor condition: 8.0-GA builtin_op_importers.cpp selects between both branches after "
+                "isBroadcastValid ('Cannot broadcast shapes that have different ranks!', onnx2trt_utils.cpp); 8.2-GA..10.1-GA "
+                "build an IIfConditional (ConditionalHelpers.cpp addIfOutputLayers) and TensorRT refuses its output layer: "
+                "'IIfConditionalOutputLayer inputs must have the same shape' (NVIDIA/TensorRT#1731, #2846, #4603); "
+                "docs/operators.md: 'broadcastable shapes' (8.0-GA..10.0-GA), 'the same rank' (10.1-GA)",
+                _IF_FIX, error="if-branch-shape-mismatch"),
+    Restriction("if-branch-dims", frozenset({"If"}), LIMIT, ">=8.2", _dims_mismatch,
+                "IIfConditional (8.2-GA..10.1-GA importIf, ConditionalHelpers.cpp): 'IIfConditionalOutputLayer inputs must "
+                "have the same shape. Shapes are [2] and [1].' (NVIDIA/TensorRT#4603, TensorRT 10; DEIMv2#108, 8.6.1); "
+                "docs/operators.md says 'broadcastable' (8.x-10.0) / 'same rank' (10.1-GA): the builder wants equal dims",
+                _IF_FIX, error="if-branch-shape-mismatch"),
+)
+
+
+def broken(node: gs.Node, ctx: Context) -> Iterator[tuple[Restriction, str]]:
+    """The restrictions that hold for ``ctx.trt`` and that ``node`` breaks, with the message."""
+    for r in RESTRICTIONS:
+        if node.op in r.ops and (ctx.trt is None or ctx.trt in r.range):
+            message = r.detect(node, ctx)
+            if message is not None:
+                yield r, message
