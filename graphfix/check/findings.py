@@ -75,7 +75,9 @@ _ORT_QUANTIZED = frozenset({"QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLine
                             "DynamicQuantizeLSTM", "QuantizeLinear", "DequantizeLinear", "QLinearConv"})
 NO_REWRITE.update({
     op: f"no {op} importer in any TensorRT release ({how}), and no graphfix rewrite: {_QDQ_INSTEAD}"
-    for op, how in (("ConvInteger", "dynamic quantization"), ("MatMulInteger", "dynamic quantization"),
+    for op, how in (("QLinearConv", "QOperator format; asymmetric zero points have no exact Q/DQ form TensorRT reads"),
+                    ("QLinearMatMul", "QOperator format; asymmetric zero points have no exact Q/DQ form TensorRT reads"),
+                    ("ConvInteger", "dynamic quantization"), ("MatMulInteger", "dynamic quantization"),
                     ("DynamicQuantizeLinear", "dynamic quantization: its scale is computed per run"))
 })
 _TYPE_TOKENS = {"float32": "FP32", "float16": "FP16", "int32": "INT32", "int64": "INT64", "int8": "INT8", "uint8": "UINT8",
@@ -280,13 +282,16 @@ def _findings_of(node: gs.Node, release: support.Release, ctx: Context, origins:
         newer = support.data()["newer_ops"].get(node.op)
         if newer is not None:
             source = newer["evidence"]
-        message = NO_REWRITE.get(node.op, f"TensorRT {release.key}'s parser has no importer for {node.op}")
+        message = NO_REWRITE.get(node.op) if fixer is None else None  # "no graphfix rewrite" only where none applies
+        message = message or f"TensorRT {release.key}'s parser has no importer for {node.op}"
         unknown = support.unknown_for(node.op, release)
         if unknown:
             message += f" ({unknown}; taken as no importer)"
-        yield _finding(node, BLOCKING, message,
-                       NOT_SUPPORTED_IDS.get(node.op, "unsupported-op-plugin-fallback-generic"), fixer,
-                       rule="no-importer", evidence=source, certain=unknown is None)
+        finding = _finding(node, BLOCKING, message, NOT_SUPPORTED_IDS.get(node.op, "unsupported-op-plugin-fallback-generic"),
+                           fixer, rule="no-importer", evidence=source, certain=unknown is None)
+        if fixer is None and node.op in NO_REWRITE:  # the message is the change to make
+            finding.upstream = NO_REWRITE[node.op]
+        yield finding
         return
     claims = list(_pass_claims(node, ctx))
     yield from claims

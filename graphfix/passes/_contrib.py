@@ -53,7 +53,7 @@ def float_type(node: gs.Node, *candidates: int) -> np.dtype:
     """
     for k in candidates:
         if k < len(node.inputs) and node.inputs[k].name:
-            dtype = tensor_dtype(node.inputs[k])
+            dtype = tensor_dtype(node.inputs[k]) or _through_producers(node.inputs[k])
             if dtype is not None:
                 if dtype.kind != "f":
                     break
@@ -67,3 +67,22 @@ def replace_typed(graph: gs.Graph, old: gs.Tensor, new: gs.Tensor, dtype: np.dty
     replace_tensor(graph, old, new)
     if old.dtype is None:
         old.dtype = dtype
+
+
+#: Ops whose float output has their float inputs' type (a MatMul after a contrib op: its weight says it).
+_SAME_TYPE = frozenset({"MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Conv", "Transpose", "Reshape", "Identity", "Relu",
+                        "Sigmoid", "Tanh", "Erf", "Softmax", "Neg"})
+
+
+def _through_producers(t: gs.Tensor, depth: int = 4) -> np.dtype | None:
+    """The float type of an untyped tensor from the typed inputs of the ops that made it (a few steps up)."""
+    for _ in range(depth):
+        producer = t.inputs[0] if isinstance(t, gs.Variable) and t.inputs else None
+        if producer is None or producer.op not in _SAME_TYPE:
+            return None
+        for i in producer.inputs:
+            dtype = tensor_dtype(i) if i.name else None
+            if dtype is not None and dtype.kind == "f":
+                return dtype
+        t = producer.inputs[0]
+    return None

@@ -40,17 +40,24 @@ def rotate(b: Builder, node: gs.Node, x: gs.Tensor, cos: gs.Tensor, sin: gs.Tens
     interleaved = int(node.attrs.get("interleaved", 0))
     if interleaved not in (0, 1):  # onnxruntime does not read 7 as 1: out of the op's definition, left as it is
         raise Skip(f"interleaved {interleaved} is not one the op defines (0 or 1)")
-    if positions is not None:
-        cos = b.op("Gather", [cos, positions], {"axis": 0}, dtype=dtype)
-        sin = b.op("Gather", [sin, positions], {"axis": 0}, dtype=dtype)
-    heads_axis = 2 if three_d else 1
-    cos, sin = b.unsqueeze(cos, [heads_axis]), b.unsqueeze(sin, [heads_axis])
-    rotated = _rotate(b, x4 if rd == head else b.slice(x4, [0], [rd], axes=[-1]), cos, sin, rd,
-                      bool(interleaved), dtype)
-    out = rotated if rd == head else b.concat([rotated, b.slice(x4, [rd], [_INT_MAX], axes=[-1])], -1)
+    out = rotate_heads(b, x4, head, cos, sin, positions, rd, bool(interleaved), dtype, 2 if three_d else 1)
     if three_d:
         out = b.reshape(out, np.array([0, 0, hidden], np.int64))
     return out
+
+
+def rotate_heads(b: Builder, x4: gs.Tensor, head: int, cos: gs.Tensor, sin: gs.Tensor, positions: gs.Tensor | None, rd: int,
+                 interleaved: bool, dtype: np.dtype, heads_axis: int) -> gs.Tensor:
+    """A 4-D ``x4`` (``head`` features last, heads on ``heads_axis``) with its first ``rd`` features
+    rotated by the caches (gathered at ``positions`` when given, [B, S] -> [B, S, rd / 2])."""
+    if rd % 2 or rd > head or rd <= 0:
+        raise Skip(f"rotary_embedding_dim {rd} is odd or larger than the head size {head}")
+    if positions is not None:
+        cos = b.op("Gather", [cos, positions], {"axis": 0}, dtype=dtype)
+        sin = b.op("Gather", [sin, positions], {"axis": 0}, dtype=dtype)
+    cos, sin = b.unsqueeze(cos, [heads_axis]), b.unsqueeze(sin, [heads_axis])
+    rotated = _rotate(b, x4 if rd == head else b.slice(x4, [0], [rd], axes=[-1]), cos, sin, rd, interleaved, dtype)
+    return rotated if rd == head else b.concat([rotated, b.slice(x4, [rd], [_INT_MAX], axes=[-1])], -1)
 
 
 def _rotate(b: Builder, x: gs.Tensor, cos: gs.Tensor, sin: gs.Tensor, rd: int, interleaved: bool, dtype: np.dtype) -> gs.Tensor:

@@ -18,6 +18,9 @@ float type as the kernels compute:
 * ``BiasSplitGelu(X, bias)``: ``x = X + bias`` split in two halves on the last axis; ``left * Gelu(right)``.
 
 Every op written (Add, Mul, Div, Erf, Tanh, Sigmoid, Slice) has an importer in every release >= 7.0.
+
+Cost (``bench/contrib_latency.py``, onnxruntime CPU, 1 thread, lowered / native, three runs):
+BiasGelu 1x128x3072 0.88-1.01x (re-fused), FastGelu 2.6-2.7x (the tanh chain stays unfused).
 Left out (findings): bfloat16 or non-float inputs; a BiasSplitGelu whose last dim is not static.
 """
 

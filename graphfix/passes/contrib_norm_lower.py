@@ -31,6 +31,10 @@ float32 as onnxruntime's kernels keep them, the result cast back to the input's 
 The mean and variance use the normalisation helpers of layernorm-decompose (ReduceSum / count where
 a parser before 10.0 would ignore an opset-18 ReduceMean's axes input).
 
+Cost (``bench/contrib_latency.py``, onnxruntime CPU, 1 thread, lowered / native, three runs):
+SkipLayerNormalization 1x128x768 0.19-0.26x (onnxruntime re-fuses the LayerNormalization),
+SimplifiedLayerNormalization 1.8-3.0x, EmbedLayerNormalization (1x128, vocab 30522) 2.1-3.0x.
+
 Left out (findings): bfloat16 or integer inputs, a non-negative ``axis`` on a tensor of unknown rank,
 ``stash_type`` other than 1, ``EmbedLayerNormalization`` with ``mask_index_type`` 0 whose mask index
 is read (onnxruntime writes none then).
