@@ -78,19 +78,39 @@ def dequantize_dynamic(model: onnx.ModelProto, settings: Settings, report: Repor
 
 def requantize_symmetric(model: onnx.ModelProto, settings: Settings, report: Report, counter: sessions_mod.SessionCounter,
                          feeds) -> onnx.ModelProto:
-    """``--requantize-symmetric`` (after the passes, on the fixed model)."""
-    return _step(registry.opt_in("requantize-symmetric"), model, settings, report, counter, feeds)
+    """``--requantize-symmetric`` (after the passes, on the fixed model). QOperator nodes with
+    asymmetric zero points, which qoperator-to-qdq leaves (their Q/DQ form would be refused too),
+    are lowered first (its ``--force`` predicate; zero point 128 then made INT8 by
+    qdq-uint8-to-int8, exactly): the step compares the model it started from with the whole."""
+    return _step(registry.opt_in("requantize-symmetric"), model, settings, report, counter, feeds, _lowered_qoperators)
+
+
+def _lowered_qoperators(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """``model`` with every QOperator node lowered to Q/DQ (and UINT8 zero point 128 made INT8 0),
+    and how many nodes that rewrote."""
+    lowered = registry.get("qoperator-to-qdq").apply(model, force=True)
+    if not lowered.rewritten:
+        return model, 0
+    shifted = registry.get("qdq-uint8-to-int8").apply(lowered.model)
+    return shifted.model, lowered.rewritten + shifted.rewritten
 
 
 def _step(p: registry.Pass, model: onnx.ModelProto, settings: Settings, report: Report, counter: sessions_mod.SessionCounter,
-          feeds) -> onnx.ModelProto:
+          feeds, prepare=None) -> onnx.ModelProto:
+    """``prepare``: exact rewrites the step needs first (model -> (model, nodes rewritten)), compared with it."""
     t0 = time.perf_counter()
-    result = p.apply(model)  # every node it matches, whatever the target: the user asked for this rewrite
-    record = PassRecord(p.name, UNCHANGED, matched=result.matched, rewritten=result.rewritten, nodes_before=len(model.graph.node),
-                        nodes_after=len(model.graph.node), findings=[f.as_dict() for f in result.findings])
+    prepared, before = prepare(model) if prepare is not None else (model, 0)
+    result = p.apply(prepared)  # every node it matches, whatever the target: the user asked for this rewrite
+    record = PassRecord(p.name, UNCHANGED, matched=result.matched + before, rewritten=result.rewritten + before,
+                        nodes_before=len(model.graph.node), nodes_after=len(model.graph.node),
+                        findings=[f.as_dict() for f in result.findings])
     report.passes.append(record)
     candidate = result.model
-    if not result.rewritten:
+    if before:
+        report.notes.append(f"{p.name}: first {before} exact rewrite(s) (QOperator nodes with asymmetric zero points lowered "
+                            "to Q/DQ by qoperator-to-qdq, zero point 128 made INT8 by qdq-uint8-to-int8), compared with the "
+                            "step as a whole")
+    if not result.rewritten and not before:
         record.seconds = round(time.perf_counter() - t0, 4)
         return model
     record.nodes_after = len(candidate.graph.node)
