@@ -142,6 +142,8 @@ def fix(
     convert_opset: int | None = None,
     max_memory: str | int = DEFAULT_MAX_MEMORY,
     timeout: float | None = None,
+    requantize_symmetric: bool = False,
+    dequantize_dynamic: bool = False,
 ) -> FixResult:
     """Run the pass pipeline on a model (path or ModelProto), verifying each pass on onnxruntime.
 
@@ -165,6 +167,10 @@ def fix(
     model to that default-domain opset first with onnx.version_converter (what `graphfix check`
     advises for an opset older than a release supports), verified and rolled back like a pass. ``max_memory`` (bytes, or
     ``"4G"``): candidate verification shapes whose run is estimated above it are not tried.
+    ``requantize_symmetric`` / ``dequantize_dynamic``: the opt-in rewrites that change results
+    (asymmetric Q/DQ made symmetric INT8; dynamic quantization made float), never run otherwise,
+    each kept only within its documented bound, its deviation per output in the report
+    (graphfix.pipeline.inexact, docs/verification.md).
     ``timeout``: seconds one onnxruntime step may take (graphfix.runtime.worker.DEFAULT_TIMEOUT
     when None).
 
@@ -223,6 +229,7 @@ def fix(
             profile_shapes=_shape_sets(list(profile_shapes)), val_range=dict(val_range or {}), feeds=inputs,
             fix_shapes={k: tuple(int(d) for d in v) for k, v in (fix_shapes or {}).items()}, set_inputs=frozen,
             simplify=simplify, convert_opset=convert_opset,
+            requantize_symmetric=bool(requantize_symmetric), dequantize_dynamic=bool(dequantize_dynamic),
             max_memory=options.parse_memory(max_memory),
             base_dir=None if source is None else str(Path(source).resolve().parent),
         )

@@ -105,6 +105,8 @@ class CheckFinding:
     shape_input: int | None = None
     #: A whole-model step of graphfix that clears it (``--convert-opset 13``), where no pass does.
     fix_step: str = ""
+    #: The run option of an opt-in rewrite that clears it (not exact: never ``fix_pass``), or "".
+    opt_in: str = ""
 
     @property
     def remedy(self) -> str:
@@ -233,11 +235,23 @@ def _node_findings(node: gs.Node, release: support.Release, ctx: Context, origin
                    inside: list[str]) -> Iterator[CheckFinding]:
     """``inside``: the nodes whose subgraph holds ``node`` (outermost first; empty at top level):
     a finding in an If branch or a Loop body gets them, then the node, as its ``path`` (a shape
-    tensor's finding keeps its own: the path from the data)."""
-    for finding in _findings_of(node, release, ctx, origins):
+    tensor's finding keeps its own: the path from the data). A blocking finding no pass fixes names
+    the opt-in rewrite that clears it, if any, after its own remedy."""
+    findings = list(_findings_of(node, release, ctx, origins))
+    opt_in = _opt_in(node, ctx) if any(f.severity == BLOCKING and not f.fix_pass for f in findings) else None
+    for finding in findings:
         if inside and finding.shape_input is None and not finding.path:
             finding.path = [*inside, node.name]
+        if opt_in is not None and finding.severity == BLOCKING and not finding.fix_pass:  # named, never run by auto
+            finding.upstream = f"{finding.upstream}; or {opt_in.REMEDY}" if finding.upstream else opt_in.REMEDY
+            finding.opt_in = f"--{opt_in.PASS.name}"
         yield finding
+
+
+def _opt_in(node: gs.Node, ctx: Context):
+    """The opt-in rewrite's module that clears ``node`` (graphfix.passes.OPT_IN: not exact, so never a
+    finding's ``fix_pass``, which ``--passes auto`` would run), or None."""
+    return next((module for module in passes.OPT_IN if module.clears(node, ctx)), None)
 
 
 def _findings_of(node: gs.Node, release: support.Release, ctx: Context, origins: ValueOrigins) -> Iterator[CheckFinding]:

@@ -73,6 +73,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--convert-opset", type=int, metavar="N",
                    help="convert the model to opset N first (onnx.version_converter), verified and rolled back like a "
                         "pass; `graphfix check` advises it for opsets older than a release supports")
+    q = p.add_argument_group("opt-in rewrites that change results (never run by --passes all/auto; docs/cli.md)")
+    q.add_argument("--requantize-symmetric", action="store_true",
+                   help="asymmetric INT8/UINT8 Q/DQ as symmetric INT8 (zero point 0) covering the same range; NOT exact: "
+                        "kept within 4 quantization steps per output, the report gives each output's deviation")
+    q.add_argument("--dequantize-dynamic", action="store_true",
+                   help="dynamic quantization (DynamicQuantizeLinear + MatMulInteger/ConvInteger, DynamicQuantizeLSTM) as "
+                        "float ops on the dequantized weights; NOT exact, and the model is then no longer quantized")
     v = p.add_argument_group("verification (onnxruntime, before vs after every pass)")
     v.add_argument("--no-verify", action="store_true", help="skip onnxruntime verification (passes are then kept unverified)")
     v.add_argument("--verify-each", action="store_true", help="check pass by pass (one session per changed pass; for debugging)")
@@ -243,6 +250,7 @@ def fix_one(args: argparse.Namespace) -> int:
             val_range=val_range, inputs=args.load_inputs, fix_shapes=parse_input_shapes(args.fix_shapes, "--fix-shapes"),
             set_inputs=set_inputs, simplify=args.simplify, convert_opset=args.convert_opset, max_memory=args.max_memory,
             timeout=args.timeout,
+            requantize_symmetric=args.requantize_symmetric, dequantize_dynamic=args.dequantize_dynamic,
         )
     except BaseException:
         if status is not None:
@@ -350,6 +358,10 @@ def blocked_summary(report: model_mod.Report) -> list[str]:
     if without:
         lines.append(f"  {len(without)} finding(s) have no graphfix rewrite; `graphfix check {report.output} --trt "
                      f"{report.trt['version']}` says what to change upstream for each")
+        options = sorted({f["opt_in"] for f in without if f.get("opt_in")})
+        if options:
+            lines.append(f"  {sum(bool(f.get('opt_in')) for f in without)} of them clear with an opt-in rewrite that changes "
+                         f"results: {', '.join(options)} (not exact; docs/cli.md says what it costs)")
     return lines
 
 

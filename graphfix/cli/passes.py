@@ -1,4 +1,5 @@
-"""``graphfix passes``: every pass in pipeline order, what it fixes and who needs it."""
+"""``graphfix passes``: every pass in pipeline order, what it fixes and who needs it; then the opt-in
+rewrites that change results (graphfix.passes.OPT_IN), each with the option that runs it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import json
 
 from graphfix.check.restrictions import RESTRICTIONS
-from graphfix.passes import all_passes
+from graphfix.passes import OPT_IN, Pass, all_passes
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,6 +20,8 @@ def run(args: argparse.Namespace) -> int:
         {"name": p.name, "order": k, "summary": p.summary, "fixes": list(p.fixes), "needed_by": p.needed_by}
         for k, p in enumerate(all_passes(), 1)  # "order": the place in graphfix.passes.PIPELINE, 1 first
     ]
+    rows += [{"name": p.name, "order": None, "summary": p.summary, "fixes": list(p.fixes), "needed_by": p.needed_by,
+              "exact": False, "option": f"--{p.name}"} for p in (m.PASS for m in OPT_IN)]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -26,7 +29,9 @@ def run(args: argparse.Namespace) -> int:
         print(reference(), end="")
         return 0
     for r in rows:
-        print(f"{r['name']}  (TensorRT {r['needed_by']})")
+        if r.get("option") and r is next(x for x in rows if x.get("option")):
+            print("\nopt-in, NOT exact (never run by --passes; only by their own option, judged by a bound):")
+        print(f"{r['name']}  (TensorRT {r['needed_by']})" + (f"  [{r['option']}]" if r.get("option") else ""))
         print(f"    {r['summary']}")
         print(f"    fixes: {', '.join(r['fixes']) or '-'}")
     return 0
@@ -43,15 +48,15 @@ def reference() -> str:
              "| pass | needed by TensorRT | what it rewrites |", "|---|---|---|"]
     lines += [f"| [`{p.name}`](#{p.name}) | {p.needed_by} | {_cell(p.summary)} |" for p in all_passes()]
     for p in all_passes():
-        lines += ["", f"## {p.name}", "", f"{_cell(p.summary)} Ops: {', '.join(f'`{o}`' for o in sorted(p.ops))}; "
-                  f"needed by TensorRT {p.needed_by}.", "",
-                  "| rule | releases | what | error id | evidence |", "|---|---|---|---|---|"]
-        lines += [f"| {r.kind} | {r.versions} | {_cell(r.message)}{'' if r.certain else ' (uncertain)'} | "
-                  f"{r.error or '-'} | {_cell(r.evidence or '-')} |" for r in p.rules]
-        doc = "\n".join(line.rstrip() for line in (p.doc or "").strip().splitlines()[1:]).strip()
-        if doc:
-            lines += ["", doc]
-    return "\n".join(lines + _restrictions()) + "\n"
+        lines += _section(p)
+    lines += _restrictions()
+    lines += ["", "# Opt-in rewrites (not exact)", "",
+              "Never run by `--passes all`, `auto` or a pass list: each runs only with its own option, as a whole-model",
+              "step judged by a documented bound (docs/verification.md, inexact steps); `graphfix check` names the option",
+              "as a remedy, never as the fixing pass."]
+    for p in (m.PASS for m in OPT_IN):
+        lines += _section(p, f" Run by `--{p.name}`.")
+    return "\n".join(lines) + "\n"
 
 
 def _restrictions() -> list[str]:
@@ -65,6 +70,16 @@ def _restrictions() -> list[str]:
     lines += [f"| `{r.name}` | {', '.join(sorted(r.ops))} | {r.kind} | {_cell(r.versions)} | {r.error or '-'} | {_cell(r.evidence)} | "
               f"{_cell(r.upstream)} |" for r in RESTRICTIONS]
     return lines
+
+
+def _section(p: Pass, option: str = "") -> list[str]:
+    lines = ["", f"## {p.name}", "", f"{_cell(p.summary)} Ops: {', '.join(f'`{o}`' for o in sorted(p.ops))}; "
+             f"needed by TensorRT {p.needed_by}.{option}", "",
+             "| rule | releases | what | error id | evidence |", "|---|---|---|---|---|"]
+    lines += [f"| {r.kind} | {r.versions} | {_cell(r.message)}{'' if r.certain else ' (uncertain)'} | "
+              f"{r.error or '-'} | {_cell(r.evidence or '-')} |" for r in p.rules]
+    doc = "\n".join(line.rstrip() for line in (p.doc or "").strip().splitlines()[1:]).strip()
+    return lines + (["", doc] if doc else [])
 
 
 def _cell(text: str) -> str:

@@ -31,6 +31,7 @@ from graphfix.passes import (
     cumprod_decompose,
     cumsum_decompose,
     deformconv_decompose,
+    dequantize_dynamic,
     dft_decompose,
     einsum_to_matmul,
     fold_clip,
@@ -51,6 +52,7 @@ from graphfix.passes import (
     range_bound,
     range_inputs,
     reduce_axes_input,
+    requantize_symmetric,
     resize_cubic,
     resize_nearest_mode,
     rmsnorm_decompose,
@@ -70,7 +72,8 @@ from graphfix.passes import (
 )
 from graphfix.passes.base import Context, Finding, Pass, PassResult
 
-__all__ = ["PIPELINE", "Context", "Finding", "Pass", "PassResult", "Skip", "all_passes", "get", "insert", "select"]
+__all__ = ["OPT_IN", "PIPELINE", "Context", "Finding", "Pass", "PassResult", "Skip", "all_passes", "get", "insert", "opt_in",
+           "select"]
 
 #: Every pass module, in the order the pipeline runs their passes (``graphfix passes`` lists them
 #: so, docs/passes.md too). A pass that adds nodes another pass rewrites is run again on them in a
@@ -130,10 +133,33 @@ PIPELINE: tuple[ModuleType, ...] = (
 )
 
 
+#: Rewrites that change results by design (``Pass.exact`` False), kept out of :data:`PIPELINE` so
+#: that no pass list, ``all`` or ``auto`` can run them: each has its own run option, and runs as a
+#: whole-model step whose outputs are compared with the model it started from and judged against a
+#: documented bound, in quantization steps (graphfix.pipeline.inexact). Kept apart rather than a
+#: flag the pipeline filters on: region verification accepts a rewrite only within float rounding,
+#: and widening it for one pass would widen it for the regions beside it. The option's name is
+#: the pass's (``requantize-symmetric`` <- ``--requantize-symmetric``).
+OPT_IN: tuple[ModuleType, ...] = (
+    dequantize_dynamic,  # before the passes: what it writes (MatMul, Conv, LSTM) meets the release's passes
+    requantize_symmetric,  # after the passes: qoperator-to-qdq's and qdq-uint8-to-int8's Q/DQ are what it reads
+)
+
+
+def opt_in(name: str) -> Pass:
+    """The opt-in (inexact) pass of that name."""
+    for module in OPT_IN:
+        if module.PASS.name == name:
+            return module.PASS
+    raise KeyError(name)
+
+
 @cache
 def all_passes() -> tuple[Pass, ...]:
     """The passes of :data:`PIPELINE`, in its order."""
     found = tuple(module.PASS for module in PIPELINE)
+    if not all(p.exact for p in found):
+        raise RuntimeError(f"inexact passes belong in OPT_IN: {[p.name for p in found if not p.exact]}")
     names = [p.name for p in found]
     dupes = {n for n in names if names.count(n) > 1}
     if dupes:
@@ -145,6 +171,9 @@ def get(name: str) -> Pass:
     for p in all_passes():
         if p.name == name:
             return p
+    if name in {m.PASS.name for m in OPT_IN}:
+        raise GraphfixError(f"{name} changes results (not exact): it runs only with --{name} (API {name.replace('-', '_')}=True), "
+                            "never from a pass list")
     raise GraphfixError(f"unknown pass {name!r}; {_hint(name, [p.name for p in all_passes()])}")
 
 

@@ -156,6 +156,10 @@ class Pass:
     #: semantics) are left alone. A lowering of onnxruntime's contrib ops names their domain here,
     #: and ``check`` then names it as the fix for those ops' plugin findings.
     domains: frozenset[str] = frozenset({"", "ai.onnx"})
+    #: False for a rewrite that changes results by design (re-quantizing, dequantizing): it is
+    #: never in ``PIPELINE``, so ``all``/``auto``/a pass list never run it; only its own run
+    #: option does, as a whole-model step judged by a documented bound (graphfix.passes.OPT_IN).
+    exact: bool = True
 
     # ------------------------------------------------------------ declaration, derived
     @cached_property

@@ -22,7 +22,8 @@ documents the same for its own QDQ execution).
 Zero points and types are kept; only nodes whose known zero points are 0 (INT8) or 128 (UINT8,
 which qdq-uint8-to-int8 then makes INT8 0) are rewritten: with any other zero point the Q/DQ form
 would be refused as well ("TensorRT only supports symmetric quantization"), so the node stays and
-`graphfix check` names the re-quantization to do.
+`graphfix check` names the re-quantization to do (or ``--requantize-symmetric``, whose step lowers
+them with ``--force``'s predicate, then re-quantizes: graphfix.pipeline.inexact).
 
 Cost on onnxruntime CPU (``bench/contrib_latency.py``, 1 thread, QDQ / QOperator, three runs):
 0.35-1.3x on the quantizer fixtures (CNN s8s8 0.35x: onnxruntime re-fuses the QDQ groups into its
@@ -216,4 +217,7 @@ PASS = Pass(
     rewrite=rewrite,
     doc=__doc__ or "",
     domains=frozenset({"", "ai.onnx", "com.microsoft"}),
+    # forced (--force, and --requantize-symmetric's step, which makes the asymmetric Q/DQ symmetric
+    # next): every QOperator node it can lower, whatever its zero points
+    forced=lambda node, ctx: _lowering(node) is not None,
 )

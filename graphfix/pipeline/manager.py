@@ -49,6 +49,11 @@ def choose_passes(model: onnx.ModelProto, settings: Settings, before=None) -> li
         return [p for p in registry.select("all", settings.skip) if p.name in wanted]
     if not isinstance(names, str) and any(isinstance(n, Pass) for n in names):
         custom = [n if isinstance(n, Pass) else registry.get(n) for n in names]
+        inexact = [p.name for p in custom if not p.exact]
+        if inexact:  # the pipeline's verification would undo it; graphfix's own run through their options
+            raise GraphfixError(f"pass {inexact[0]} is not exact (Pass.exact False) and cannot run in a pass list; "
+                                "graphfix's opt-in rewrites run through their own options (--requantize-symmetric, "
+                                "--dequantize-dynamic)")
         return [p for p in custom if p.name not in settings.skip]  # your own list runs as given
     return registry.select(names, settings.skip)
 
@@ -155,12 +160,16 @@ def run_passes(graph: gs.Graph, chosen: list[Pass], settings: Settings, log: Edi
     finally:  # an export sorts the nodes without an edit: the index holds for this run only
         for g in all_graphs(graph):
             drop_op_index(g)
-    return _undo_new_blockers(graph, log, report, settings.trt) if trt is not None else 0
+    later = {"--requantize-symmetric"} if settings.requantize_symmetric else set()
+    return _undo_new_blockers(graph, log, report, settings.trt, later) if trt is not None else 0
 
 
-def _undo_new_blockers(graph: gs.Graph, log: EditLog, report: Report, trt: str) -> int:
+def _undo_new_blockers(graph: gs.Graph, log: EditLog, report: Report, trt: str, later: set[str] = frozenset()) -> int:
     """A rewrite may not leave a node the target rejects (reduce-axes-input's TopK on INT64 before
     8.6, a Pad with computed pads before 8.0): the region that added it is undone, with the reason.
+    ``later``: the opt-in steps the user asked for that run after the passes; what they clear is
+    not held against a rewrite (qoperator-to-qdq's asymmetric Q/DQ, which --requantize-symmetric
+    makes symmetric; should that step be rolled back, the final check still says what blocks).
     Returns how many regions were undone."""
 
     live = set().union(*(live_nodes(g) for g in all_graphs(graph)))
@@ -171,7 +180,7 @@ def _undo_new_blockers(graph: gs.Graph, log: EditLog, report: Report, trt: str) 
     by_name = {n.name: e for e, n in added.values()}
     blamed = {}
     for f in findings:
-        if f.severity == BLOCKING and f.node in by_name:
+        if f.severity == BLOCKING and f.node in by_name and f.opt_in not in later:
             blamed.setdefault(id(by_name[f.node]), f)
     if not blamed:
         return 0

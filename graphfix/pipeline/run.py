@@ -33,7 +33,7 @@ from graphfix.graph.convert import to_parts
 from graphfix.graph.edits import EditLog
 from graphfix.onnxio.proto import Assembled
 from graphfix.passes.base import Pass
-from graphfix.pipeline import fix_shapes
+from graphfix.pipeline import fix_shapes, inexact
 from graphfix.pipeline.checks import _check, check_fixed, trt_summary
 from graphfix.pipeline.feeds import _LazyFeeds
 from graphfix.pipeline.load_checks import LoadChecks
@@ -77,11 +77,19 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         converted = _convert_opset(model, settings, report, counter, feeds)
         if converted is not model:
             model, before = converted, _check(converted, settings.trt)
+    summary_before = before  # the TensorRT summary's "before": what --dequantize-dynamic started from
+    if settings.dequantize_dynamic:
+        step("dequantizing dynamic quantization (opt-in, not exact)")
+        dequantized = inexact.dequantize_dynamic(model, settings, report, counter, feeds.get)
+        if dequantized is not model:
+            model, before = dequantized, _check(dequantized, settings.trt)
     if settings.simplify:
         step("simplifying (onnxsim)")
         simplified = _simplify(model, settings, report, counter, feeds, before, source)
         if simplified is not model:
             model, before = simplified, _check(simplified, settings.trt)
+            if not settings.dequantize_dynamic:
+                summary_before = before  # --simplify's summary counts from the simplified model (as it always did)
     chosen = choose_passes(model, settings, before)
 
     step("importing the graph")
@@ -93,7 +101,8 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
         log = EditLog()
         decided = discrete.find(graph) if settings.verify else ([], {})
         if settings.verify and settings.verify_each:
-            return _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step, before)
+            return _requantized(_verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step, before),
+                                settings, counter, feeds, step, summary_before, start)
         run_passes(graph, chosen, settings, log, report, step)
         baseline = final_results = fixed = None
         if settings.verify and not any(not e.undone for e in log.edits):
@@ -107,8 +116,8 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
                 report.nodes.clear()
                 counter.count = 0
                 report.verification = "pass by pass (fallback: the end-to-end run disagreed although every region agreed)"
-                return _verify_each(model, to_graph(model), chosen, settings, report, feeds, counter, EditLog(), start, step,
-                                    before)
+                return _requantized(_verify_each(model, to_graph(model), chosen, settings, report, feeds, counter, EditLog(),
+                                                 start, step, before), settings, counter, feeds, step, summary_before, start)
         step("exporting the fixed model")
         if fixed is None:  # verification exports the model it checks: that one is returned
             fixed = to_parts(graph, model) if any(not e.undone for e in log.edits) else model
@@ -119,10 +128,31 @@ def run(model: onnx.ModelProto, settings: Settings, source: str | None = None, t
     if not counter.tuned:
         report.notes.append(sessions_mod.DEFAULT_SETTINGS_NOTE)
     outcome = Outcome(fixed, report, feeds.chosen or [], baseline, final_results)
-    if settings.trt is not None:
+    if settings.trt is not None and not settings.requantize_symmetric:
         step(f"checking the fixed model for TensorRT {settings.trt}")
         after = check_fixed(graph, fixed, settings.trt) if isinstance(fixed, Assembled) else _check(fixed, settings.trt)
-        report.trt = trt_summary(before, after, settings.trt)
+        report.trt = trt_summary(summary_before, after, settings.trt)
+    report.seconds = round(time.perf_counter() - start, 4)
+    return _requantized(outcome, settings, counter, feeds, step, summary_before, start)
+
+
+def _requantized(outcome: Outcome, settings: Settings, counter: sessions_mod.SessionCounter, feeds: _LazyFeeds, step,
+                 before, start: float) -> Outcome:
+    """``--requantize-symmetric`` on the fixed model (after the passes, whose Q/DQ it reads), then
+    the TensorRT summary of what is written; ``outcome`` as it is without the option."""
+    if not settings.requantize_symmetric:
+        return outcome
+    report = outcome.report
+    step("re-quantizing asymmetric Q/DQ symmetrically (opt-in, not exact)")
+    fixed = outcome.model
+    requantized = inexact.requantize_symmetric(fixed, settings, report, counter, lambda: outcome.feeds or feeds.get())
+    if requantized is not fixed:
+        outcome.fixed, outcome.final = requantized, None
+        outcome.feeds = outcome.feeds or feeds.chosen or []
+    report.sessions = counter.count
+    if settings.trt is not None:
+        step(f"checking the fixed model for TensorRT {settings.trt}")
+        report.trt = trt_summary(before, _check(outcome.model, settings.trt), settings.trt)
     report.seconds = round(time.perf_counter() - start, 4)
     return outcome
 

@@ -51,6 +51,10 @@ class Settings:
     simplify: bool = False
     #: --convert-opset N: onnx.version_converter to default-domain opset N first, verified like a pass
     convert_opset: int | None = None
+    #: --dequantize-dynamic / --requantize-symmetric: the opt-in rewrites that change results
+    #: (graphfix.passes.OPT_IN), each a step judged by its own bound (graphfix.pipeline.inexact)
+    dequantize_dynamic: bool = False
+    requantize_symmetric: bool = False
     val_range: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: --max-memory: the estimated peak bytes of one run at a candidate verification shape
     max_memory: int = shapes_mod.DEFAULT_MAX_MEMORY
@@ -79,6 +83,7 @@ class Settings:
             "fix_shapes": {k: list(v) for k, v in self.fix_shapes.items()}, "simplify": self.simplify,
             "set_inputs": {k: v.tolist() for k, v in self.set_inputs.items()},
             "convert_opset": self.convert_opset,
+            "dequantize_dynamic": self.dequantize_dynamic, "requantize_symmetric": self.requantize_symmetric,
             "val_range": {k: list(v) for k, v in self.val_range.items()}, "max_memory": self.max_memory,
         }
 

@@ -193,13 +193,23 @@ class OutputDiff:
     #: the low float type ("float16", "bfloat16") the value was computed in, when that type and
     #: not the value's own set the tolerance (a float32 output cast from float16 math)
     precision: str | None = None
+    #: an inexact step's deviation (:func:`deviation`): in quantization steps of the output's scale,
+    #: or, for an output with no scale, as a fraction of the output's peak magnitude
+    steps: float | None = None
+    of_peak: float | None = None
+    bound: str = ""
 
     def as_dict(self) -> dict[str, object]:
-        extra = {"note": self.note} if self.note else {}
+        extra: dict[str, object] = {"note": self.note} if self.note else {}
         if self.noise_floor is not None:
             extra["noise_floor"] = self.noise_floor
         if self.precision is not None:
             extra["precision"] = self.precision
+        for key in ("steps", "of_peak"):
+            if getattr(self, key) is not None:
+                extra[key] = getattr(self, key)
+        if self.bound:
+            extra["bound"] = self.bound
         return {"max_abs": self.max_abs, "max_rel": self.max_rel, "passed": self.passed, **extra}
 
 
@@ -243,3 +253,34 @@ def sorted_diffs(reference: RunResults, candidate: RunResults, names: list[str],
             prev = diffs.get(name)
             diffs[name] = cur if prev is None else _worse(prev, cur)
     return diffs
+
+
+def deviation(reference: RunResults, candidate: RunResults, scales: dict[str, float], max_steps: float,
+              max_of_peak: float) -> dict[str, OutputDiff]:
+    """An inexact rewrite's deviation per output, worst over the iterations (graphfix.pipeline.inexact):
+    an output with a quantization scale in ``scales`` (read from a DequantizeLinear; integer
+    outputs count in units of 1) in steps of it, ``max_abs / scale``, passing within ``max_steps``;
+    any other in ``max_abs / max |original|`` (its peak over every iteration), passing within
+    ``max_of_peak``. Shapes, dtypes and NaN positions must agree as in :func:`compare`."""
+    worst: dict[str, OutputDiff] = {}
+    peaks: dict[str, float] = {}
+    for ref_it, cand_it in zip(iterations(reference), iterations(candidate), strict=True):
+        for name in ref_it:
+            ref = np.asarray(ref_it[name])
+            cand = np.asarray(cand_it[name]) if name in cand_it else None
+            cur = _numpy_diff(ref, cand, np.inf, np.inf) if cand is not None else \
+                OutputDiff(float("inf"), float("inf"), False, "output missing")
+            finite = np.abs(ref[np.isfinite(ref)]) if ref.dtype.kind == "f" else np.abs(ref)
+            peaks[name] = max(peaks.get(name, 0.0), float(finite.max()) if finite.size else 0.0)
+            prev = worst.get(name)
+            worst[name] = cur if prev is None else _worse(prev, cur)
+    for name, d in worst.items():
+        scale = scales.get(name, 1.0 if np.asarray(iterations(reference)[0][name]).dtype.kind in "biu" else None)
+        if scale is not None:
+            d.steps, d.bound = d.max_abs / scale, f"<= {max_steps:g} step(s) of scale {scale:.3g}"
+            d.passed = d.passed and d.steps <= max_steps
+        else:
+            d.of_peak = d.max_abs / peaks[name] if peaks[name] else (0.0 if d.max_abs == 0 else float("inf"))
+            d.bound = f"<= {100 * max_of_peak:g} % of its peak {peaks[name]:.3g}"
+            d.passed = d.passed and d.of_peak <= max_of_peak
+    return worst
