@@ -123,6 +123,8 @@ ARGUMENTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "timeout": (_optional(_real), "None (the default) or a number of seconds"),
     "convert_opset": (_optional(lambda v: isinstance(v, int) and not isinstance(v, bool)),
                       "None or a default-domain opset number, such as 13"),
+    "requantize_symmetric": (lambda v: isinstance(v, bool), "True or False"),
+    "dequantize_dynamic": (lambda v: isinstance(v, bool), "True or False"),
     "set_inputs": (_optional(lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
                    "None or a dict of input name to a value (a number, a bool, a list or a numpy array)"),
     "path": (_path, _PATH),

@@ -140,4 +140,4 @@ def test_asymmetric_zero_points_are_left_for_checks_remedy():
     m = ms_model([node], [vi("a", np.uint8, [2, 5])], [vi("y", np.uint8, [2, 3])], inits, opset=13)
     assert passes.get(PASS).apply(m).matched == 0
     (finding,) = [f for f in check_model(m, "10.1").findings if f.severity == "blocking"]
-    assert finding.fix_pass is None and "QDQ" in finding.upstream
+    assert finding.fix_pass is None and "QDQ" in finding.message and finding.opt_in == "--requantize-symmetric"
