@@ -115,6 +115,14 @@ def _no_zero_point(node: gs.Node, ctx: Context) -> str | None:
     return "no zero point input: this release requires all 3 inputs"
 
 
+def _fp8(node: gs.Node, ctx: Context) -> str | None:
+    """A Q/DQ whose zero point (or, for DequantizeLinear, data) is FLOAT8E4M3FN."""
+    for t in (optional_input(node, 2), node.inputs[0] if node.op == "DequantizeLinear" and node.inputs else None):
+        if t is not None and t.dtype is not None and "float8" in str(t.dtype).lower():
+            return f"'{t.name}' is FLOAT8E4M3FN: this release's parser has no FP8 type"
+    return None
+
+
 def _non_positive_scale(node: gs.Node, ctx: Context) -> str | None:
     value = _known(optional_input(node, 1), ctx)
     if value is None or value.size == 0 or not np.issubdtype(value.dtype, np.floating) or bool((value > 0).all()):
@@ -205,6 +213,12 @@ RESTRICTIONS: tuple[Restriction, ...] = (
                 f"{_QDQ_SOURCE}: 'ONNX default is UINT8, TRT will default to INT8' (chosenDataType = kINT8 when there is "
                 "no zero point), builtin_op_importers.cpp 9.0-GA, 9.3; onnxOpImporters.cpp 10.0-GA, 10.1-GA",
                 "add an INT8 zero point of 0 as the third input (or output_dtype=INT8 at opset 21+)"),
+    Restriction("qdq-fp8", QDQ, TYPE, "<9.0", _fp8,
+                "onnx2trt_utils.cpp convertDtype, 8.6-GA: no FLOAT8E4M3FN case ('Unsupported ONNX data type'); "
+                "FP8 first in 9.0-GA (onnx2trt_utils.cpp convertDtype -> kFP8, builtin_op_importers.cpp "
+                "QuantDequantLinearHelper chooses kFP8 from the zero point's type, 9.3), TensorOrWeights.cpp 10.0-GA",
+                "quantize to INT8 for this release (NVIDIA ModelOpt quantize(quantize_mode='int8')), or build with TensorRT "
+                ">= 9.0 (10.x) for FP8", types=True),
     Restriction("qdq-scale-positive", QDQ, LIMIT, ">=8.0", _non_positive_scale,
                 f"{_QDQ_SOURCE}: ASSERT(scaleAllPositive) 'Scale coefficients must all be positive' on a weights scale, "
                 "builtin_op_importers.cpp 8.0-GA..9.3, onnxOpImporters.cpp 10.0-GA, 10.1-GA, main@7ecb49a",

@@ -5,6 +5,7 @@ differ in shape under a runtime condition; each finding names what to change in 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -280,3 +281,12 @@ def test_onnxruntime_quantizer_contrib_ops_say_to_quantize_in_qdq_format():
     m = helper.make_model(lstm, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)], ir_version=7)
     found = _findings(m, "10.1", "DynamicQuantizeLSTM")
     assert [f.severity for f in found] == ["blocking"] and "QuantFormat.QDQ" in found[0].remedy
+
+
+@pytest.mark.parametrize("trt,refused", [("8.5", True), ("8.6", True), ("10.1", False)])
+def test_fp8_quantization_is_refused_before_9_0(trt, refused):
+    """modelopt's FP8 Q/DQ (fixtures/real/modelopt_cnn_fp8.onnx): 8.6-GA's convertDtype has no FLOAT8E4M3FN."""
+    m = onnx.load(str(Path(__file__).resolve().parents[2] / "fixtures" / "real" / "modelopt_cnn_fp8.onnx"))
+    fp8 = [f for f in check_model(m, trt).findings if "FLOAT8E4M3FN" in f.message]
+    assert bool(fp8) == refused
+    assert all(f.severity == "blocking" and "INT8" in f.upstream for f in fp8)
