@@ -28,6 +28,12 @@ def static_shape(t: gs.Tensor) -> tuple[int, ...] | None:
     return tuple(int(d) for d in shape)
 
 
+def is_read(t: gs.Tensor, graph: gs.Graph) -> bool:
+    """Something reads ``t``: a node (subgraphs included) or the graph's outputs (an optional
+    output nobody reads need not be built)."""
+    return bool(t.name) and (bool(t.outputs) or t in graph.outputs)
+
+
 def replace_tensor(graph: gs.Graph, old: gs.Variable, new: gs.Tensor) -> None:
     """Make the graph compute ``old`` from ``new``'s producer, so ``old``'s name and consumers stay.
 

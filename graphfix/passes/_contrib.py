@@ -41,11 +41,6 @@ def microsoft_or_default(node: gs.Node, ctx: Context) -> bool:
     return (node.domain or "") in ("", "ai.onnx", MS_DOMAIN)
 
 
-def used(t: gs.Tensor, graph: gs.Graph) -> bool:
-    """Something reads ``t``: a node (subgraphs included) or the graph's outputs."""
-    return bool(t.name) and (bool(t.outputs) or t in graph.outputs)
-
-
 def float_type(node: gs.Node, *candidates: int) -> np.dtype:
     """The compute type: the first of these inputs whose type is a known float type.
 

@@ -5,6 +5,8 @@ PIPELINE list names)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx_graphsurgeon as gs
 
@@ -24,6 +26,28 @@ def float_dtype(x: gs.Tensor, op: str) -> np.dtype:
     if dtype is None or dtype.kind != "f":
         raise Skip(f"input type of {op} is unknown or not a numpy float (run shape inference upstream; bfloat16 is left as is)")
     return dtype
+
+
+SQRT_2 = math.sqrt(2.0)
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+TANH_CUBIC = 0.044715
+
+
+def _gelu_const(b: Builder, v: float, dtype: np.dtype) -> gs.Constant:
+    return b.const(np.array(v, dtype), hint="gelu")
+
+
+def erf_gelu(b: Builder, x: gs.Tensor, dtype: np.dtype) -> gs.Tensor:
+    """``(0.5 * x) * (1 + Erf(x / sqrt(2)))`` in ``dtype`` (ONNX Gelu-20, approximate="none")."""
+    erf = b.op("Erf", [b.op("Div", [x, _gelu_const(b, SQRT_2, dtype)])])
+    return b.op("Mul", [b.op("Mul", [x, _gelu_const(b, 0.5, dtype)]), b.op("Add", [erf, _gelu_const(b, 1.0, dtype)])])
+
+
+def tanh_gelu(b: Builder, x: gs.Tensor, dtype: np.dtype) -> gs.Tensor:
+    """Gelu's tanh form: sqrt(2/pi) * (x + 0.044715 x^3) as sqrt(2/pi) x * (1 + 0.044715 x x)."""
+    poly = b.op("Add", [b.op("Mul", [b.op("Mul", [x, _gelu_const(b, TANH_CUBIC, dtype)]), x]), _gelu_const(b, 1.0, dtype)])
+    tanh = b.op("Tanh", [b.op("Mul", [poly, b.op("Mul", [x, _gelu_const(b, SQRT_2_OVER_PI, dtype)])])])
+    return b.op("Mul", [b.op("Add", [tanh, _gelu_const(b, 1.0, dtype)]), b.op("Mul", [x, _gelu_const(b, 0.5, dtype)])])
 
 
 def swish(b: Builder, x: gs.Tensor, alpha: float, dtype: np.dtype) -> gs.Tensor:

@@ -67,7 +67,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Builder, optional_input, replace_tensor, tensor_dtype
+from graphfix.graph import Builder, is_read, optional_input, replace_tensor, tensor_dtype
 from graphfix.graph.build import Skip
 from graphfix.passes.base import LIMIT, NO_IMPORTER, WRONG_RESULTS, Context, Pass, Rule
 
@@ -106,9 +106,6 @@ def _not_rank4(node: gs.Node, ctx: Context) -> bool:
 
 
 # ----------------------------------------------------------------- the rewrite
-def _used(t: gs.Tensor, ctx: Context) -> bool:
-    return bool(t.name) and (bool(t.outputs) or t in ctx.graph.outputs)
-
 
 def _static(d: object) -> int | None:
     return int(d) if isinstance(d, (int, np.integer)) and d >= 0 else None
@@ -184,7 +181,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     qk = (raw, capped, scores, probs)[mode]
     # last: replace_tensor hands each new tensor's producer to the old name
     for k_out, new in zip(node.outputs, (y, k_all, v_all, qk), strict=False):
-        if k_out is node.outputs[0] or _used(k_out, ctx):
+        if k_out is node.outputs[0] or is_read(k_out, ctx.graph):
             replace_tensor(ctx.graph, k_out, b.op("Cast", [new], {"to": onnx.TensorProto.BFLOAT16}) if bf16 else new)
 
 

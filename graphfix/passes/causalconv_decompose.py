@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import optional_input, replace_tensor
+from graphfix.graph import is_read, optional_input, replace_tensor
 from graphfix.graph.build import Skip
 from graphfix.passes._elementwise import float_dtype, onnx_domain, swish
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
@@ -37,9 +37,6 @@ from graphfix.trt.support import evidence
 
 _INT_MAX = np.iinfo(np.int64).max
 
-
-def _used(t: gs.Tensor, ctx: Context) -> bool:
-    return bool(t.name) and (bool(t.outputs) or t in ctx.graph.outputs)
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -69,7 +66,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
         conv = swish(b, wide, 1.0, np.dtype(np.float32))
         conv = conv if dtype == np.float32 else b.cast(conv, dtype)
     replace_tensor(ctx.graph, node.outputs[0], conv)
-    if len(node.outputs) > 1 and _used(node.outputs[1], ctx):
+    if len(node.outputs) > 1 and is_read(node.outputs[1], ctx.graph):
         start = np.array([-(k - 1)] if k > 1 else [_INT_MAX], np.int64)
         replace_tensor(ctx.graph, node.outputs[1], b.slice(padded, start, np.array([_INT_MAX], np.int64), axes=[2]))
 

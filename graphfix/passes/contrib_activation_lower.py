@@ -26,35 +26,14 @@ Left out (findings): bfloat16 or non-float inputs; a BiasSplitGelu whose last di
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input
 from graphfix.graph.build import Skip
-from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft, replace_typed
-from graphfix.passes._elementwise import swish
+from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, replace_typed
+from graphfix.passes._elementwise import erf_gelu, swish, tanh_gelu
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
-
-SQRT_2 = math.sqrt(2.0)
-SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-TANH_CUBIC = 0.044715
-
-
-def _c(b: Builder, v: float, dtype: np.dtype) -> gs.Constant:
-    return b.const(np.array(v, dtype), hint="gelu")
-
-
-def _erf_gelu(b: Builder, x: gs.Tensor, dtype: np.dtype) -> gs.Tensor:
-    erf = b.op("Erf", [b.op("Div", [x, _c(b, SQRT_2, dtype)])])
-    return b.op("Mul", [b.op("Mul", [x, _c(b, 0.5, dtype)]), b.op("Add", [erf, _c(b, 1.0, dtype)])])
-
-
-def _tanh_gelu(b: Builder, x: gs.Tensor, dtype: np.dtype) -> gs.Tensor:
-    poly = b.op("Add", [b.op("Mul", [b.op("Mul", [x, _c(b, TANH_CUBIC, dtype)]), x]), _c(b, 1.0, dtype)])
-    tanh = b.op("Tanh", [b.op("Mul", [poly, b.op("Mul", [x, _c(b, SQRT_2_OVER_PI, dtype)])])])
-    return b.op("Mul", [b.op("Add", [tanh, _c(b, 1.0, dtype)]), b.op("Mul", [x, _c(b, 0.5, dtype)])])
 
 
 def _plus(b: Builder, x: gs.Tensor, bias: gs.Tensor | None) -> gs.Tensor:
@@ -70,7 +49,7 @@ def _bias_split_gelu(b: Builder, node: gs.Node, dtype: np.dtype) -> gs.Tensor:
     half = int(width) // 2
     left = b.slice(x, [0], [half], [-1])
     right = b.slice(x, [half], [int(width)], [-1])
-    return b.op("Mul", [left, _erf_gelu(b, right, dtype)])
+    return b.op("Mul", [left, erf_gelu(b, right, dtype)])
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -78,11 +57,11 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     dtype = float_type(node, 0, 1, 2)
     op = node.op
     if op == "Gelu":
-        y = _erf_gelu(b, node.inputs[0], dtype)
+        y = erf_gelu(b, node.inputs[0], dtype)
     elif op == "BiasGelu":
-        y = _erf_gelu(b, _plus(b, node.inputs[0], node.inputs[1]), dtype)
+        y = erf_gelu(b, _plus(b, node.inputs[0], node.inputs[1]), dtype)
     elif op == "FastGelu":
-        y = _tanh_gelu(b, _plus(b, node.inputs[0], optional_input(node, 1)), dtype)
+        y = tanh_gelu(b, _plus(b, node.inputs[0], optional_input(node, 1)), dtype)
     elif op == "QuickGelu":
         y = swish(b, node.inputs[0], float(node.attrs.get("alpha", 1.702)), dtype)
     elif op == "BiasAdd":
@@ -97,10 +76,10 @@ PASS = Pass(
     summary="Lower onnxruntime's fused activations (Gelu, BiasGelu, FastGelu, QuickGelu, BiasAdd, BiasSplitGelu) to standard ONNX.",
     ops=frozenset({"Gelu", "BiasGelu", "FastGelu", "QuickGelu", "BiasAdd", "BiasSplitGelu"}),
     rules=(
-        Rule(NO_IMPORTER, "all", "onnxruntime contrib op: no TensorRT importer (plugin fallback fails)", microsoft,
+        Rule(NO_IMPORTER, "all", "onnxruntime contrib op: no TensorRT importer (plugin fallback fails)",
              ops=frozenset({"BiasGelu", "FastGelu", "QuickGelu", "BiasAdd", "BiasSplitGelu"}),
              error="unsupported-op-plugin-fallback-generic", evidence=NO_CONTRIB_IMPORTER),
-        Rule(NO_IMPORTER, ">=7.0,<10.0-EA", "com.microsoft Gelu: no Gelu importer before TensorRT 10.0", microsoft,
+        Rule(NO_IMPORTER, ">=7.0,<10.0-EA", "com.microsoft Gelu: no Gelu importer before TensorRT 10.0",
              ops=frozenset({"Gelu"}), error="gelu-not-supported",
              evidence="operator table (Gelu first listed in 10.0-EA); ModelImporter.cpp imports by op_type, so from "
                       "10.0 the ONNX Gelu importer reads it (same erf formula)"),

@@ -74,9 +74,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Builder, optional_input, replace_tensor, static_shape, tensor_dtype
+from graphfix.graph import Builder, is_read, optional_input, replace_tensor, static_shape, tensor_dtype
 from graphfix.graph.build import Skip
-from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft, replace_typed, used
+from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, replace_typed
 from graphfix.passes._rotary import rotate_heads
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
@@ -190,7 +190,7 @@ def _multi_head(node: gs.Node, ctx: Context) -> None:
     """MultiHeadAttention with separate 3-D query/key/value ``[B, S|L, hidden]``."""
     if any(optional_input(node, i) is not None for i in (8, 9)):
         raise Skip("past_sequence_length / cache_indirection inputs are not lowered")
-    if len(node.outputs) > 3 and used(node.outputs[3], ctx.graph):
+    if len(node.outputs) > 3 and is_read(node.outputs[3], ctx.graph):
         raise Skip("the qk output is read")
     q, k, v = node.inputs[0], optional_input(node, 1), optional_input(node, 2)
     if k is None or v is None or any(t.shape is not None and len(t.shape) != 3 for t in (q, k, v)):
@@ -213,7 +213,7 @@ def _multi_head(node: gs.Node, ctx: Context) -> None:
     out = _attend(ctx, node, q, k, v, node.inputs[0], optional_input(node, 4), optional_input(node, 5), hq // heads, hv, dtype)
     replace_typed(ctx.graph, node.outputs[0], out, dtype)
     for index, tensor in ((1, k), (2, v)):
-        if len(node.outputs) > index and used(node.outputs[index], ctx.graph):
+        if len(node.outputs) > index and is_read(node.outputs[index], ctx.graph):
             replace_tensor(ctx.graph, node.outputs[index], tensor)
 
 
@@ -235,7 +235,7 @@ def _gqa_refusals(node: gs.Node, ctx: Context) -> None:
     for index, what in _GQA_REFUSED_INPUTS.items():
         if optional_input(node, index) is not None:
             raise Skip(f"{what} is not lowered")
-    if len(node.outputs) > 3 and used(node.outputs[3], ctx.graph):
+    if len(node.outputs) > 3 and is_read(node.outputs[3], ctx.graph):
         raise Skip("the output_qk output is read")
     if not int(attrs.get("causal", 1)) and int(attrs.get("local_window_size", -1)) > 0:
         raise Skip("local_window_size with causal=0 (onnxruntime refuses it)")
@@ -352,7 +352,7 @@ def _group_query(node: gs.Node, ctx: Context) -> None:
         out = b.op("Where", [empty, np.array(0, dtype), out], dtype=dtype)
     replace_tensor(ctx.graph, node.outputs[0], out)
     for index, tensor in ((1, k), (2, v)):
-        if len(node.outputs) > index and used(node.outputs[index], ctx.graph):
+        if len(node.outputs) > index and is_read(node.outputs[index], ctx.graph):
             replace_tensor(ctx.graph, node.outputs[index], tensor)
 
 
@@ -415,7 +415,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
         v = b.concat([b.squeeze(b.slice(past, [1], [2], [0]), [0]), v], 2)
     out = _attend(ctx, node, q, k, v, x, optional_input(node, 3), optional_input(node, 5), hq // heads, hv, dtype)
     replace_typed(ctx.graph, node.outputs[0], out, dtype)
-    if len(node.outputs) > 1 and used(node.outputs[1], ctx.graph):
+    if len(node.outputs) > 1 and is_read(node.outputs[1], ctx.graph):
         if past is None:
             raise Skip("present is read but there is no past (onnxruntime requires both)")
         replace_tensor(ctx.graph, node.outputs[1], b.concat([b.unsqueeze(k, [0]), b.unsqueeze(v, [0])], 0))
@@ -427,11 +427,11 @@ PASS = Pass(
             "GroupQueryAttention (KV heads, past/present, seqlens_k, window, softcap, rotary) to MatMul/Softmax/MatMul.",
     ops=frozenset({"Attention", "MultiHeadAttention", "GroupQueryAttention"}),
     rules=(
-        Rule(NO_IMPORTER, "all", "onnxruntime contrib Attention (packed QKV weights): no TensorRT importer", microsoft,
+        Rule(NO_IMPORTER, "all", "onnxruntime contrib Attention (packed QKV weights): no TensorRT importer",
              ops=frozenset({"Attention"}), error="unsupported-op-plugin-fallback-generic", evidence=NO_CONTRIB_IMPORTER),
-        Rule(NO_IMPORTER, "all", "onnxruntime contrib MultiHeadAttention: no TensorRT importer", microsoft,
+        Rule(NO_IMPORTER, "all", "onnxruntime contrib MultiHeadAttention: no TensorRT importer",
              ops=frozenset({"MultiHeadAttention"}), error="unsupported-op-plugin-fallback-generic", evidence=NO_CONTRIB_IMPORTER),
-        Rule(NO_IMPORTER, "all", "onnxruntime contrib GroupQueryAttention: no TensorRT importer", microsoft,
+        Rule(NO_IMPORTER, "all", "onnxruntime contrib GroupQueryAttention: no TensorRT importer",
              ops=frozenset({"GroupQueryAttention"}), error="unsupported-op-plugin-fallback-generic", evidence=NO_CONTRIB_IMPORTER),
     ),
     rewrite=rewrite,

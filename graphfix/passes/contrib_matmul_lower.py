@@ -31,7 +31,7 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, optional_input, tensor_dtype
 from graphfix.graph.build import Skip
-from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft, replace_typed
+from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, replace_typed
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
@@ -116,7 +116,7 @@ PASS = Pass(
     summary="Lower onnxruntime's FusedMatMul/TransposeMatMul, FusedConv and FusedGemm to MatMul/Conv/Gemm + activation.",
     ops=frozenset(_REWRITES),
     rules=(
-        Rule(NO_IMPORTER, "all", "onnxruntime contrib op: no TensorRT importer (plugin fallback fails)", microsoft,
+        Rule(NO_IMPORTER, "all", "onnxruntime contrib op: no TensorRT importer (plugin fallback fails)",
              error="unsupported-op-plugin-fallback-generic", evidence=NO_CONTRIB_IMPORTER),
     ),
     rewrite=rewrite,

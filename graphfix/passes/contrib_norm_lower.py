@@ -45,7 +45,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import Builder, optional_input, replace_tensor
+from graphfix.graph import Builder, is_read, optional_input, replace_tensor
 from graphfix.graph.build import Skip
 from graphfix.passes._contrib import (
     NO_CONTRIB_IMPORTER,
@@ -53,7 +53,6 @@ from graphfix.passes._contrib import (
     microsoft,
     microsoft_or_default,
     replace_typed,
-    used,
 )
 from graphfix.passes._norm import (
     element_count,
@@ -111,7 +110,7 @@ def _affine(b: Builder, y: gs.Tensor, scale: gs.Tensor | None, shift: gs.Tensor 
 
 
 def _replace_if_used(ctx: Context, node: gs.Node, k: int, make) -> None:
-    if len(node.outputs) > k and used(node.outputs[k], ctx.graph):
+    if len(node.outputs) > k and is_read(node.outputs[k], ctx.graph):
         replace_tensor(ctx.graph, node.outputs[k], make())
 
 
@@ -143,7 +142,7 @@ def _skip_simplified(node: gs.Node, ctx: Context) -> None:
     s = _skip_sum(node, ctx, 3)
     y, rms = _rms_norm(node, ctx, s, dtype)
     replace_typed(ctx.graph, node.outputs[0], b.op("Mul", [y, node.inputs[2]]), dtype)
-    if len(node.outputs) > 1 and used(node.outputs[1], ctx.graph):
+    if len(node.outputs) > 1 and is_read(node.outputs[1], ctx.graph):
         raise Skip("the mean output of SkipSimplifiedLayerNormalization is read (onnxruntime leaves it undefined)")
     _replace_if_used(ctx, node, 2, lambda: _reciprocal(b, rms))
     _replace_if_used(ctx, node, 3, lambda: s)
@@ -186,7 +185,7 @@ def _embed_layer_norm(node: gs.Node, ctx: Context) -> None:
         s = b.op("Add", [s, b.op("Gather", [segment_table, segment_ids], {"axis": 0})])
     y, _ = _layer_norm(node, ctx, s, dtype)
     replace_typed(ctx.graph, node.outputs[0], _affine(b, y, gamma, beta), dtype)
-    if len(node.outputs) > 1 and used(node.outputs[1], ctx.graph):
+    if len(node.outputs) > 1 and is_read(node.outputs[1], ctx.graph):
         if int(node.attrs.get("mask_index_type", 1)) != 1:
             raise Skip("mask_index is read but mask_index_type is not 1")
         mask_index = node.outputs[1]
@@ -225,7 +224,7 @@ def _contrib_layer_norm_form(node: gs.Node, ctx: Context) -> bool:
 
 
 def _lists_statistics(node: gs.Node, ctx: Context) -> bool:
-    return _contrib_layer_norm_form(node, ctx) and any(used(t, ctx.graph) for t in node.outputs[1:])
+    return _contrib_layer_norm_form(node, ctx) and any(is_read(t, ctx.graph) for t in node.outputs[1:])
 
 
 PASS = Pass(

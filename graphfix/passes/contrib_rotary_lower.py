@@ -26,7 +26,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph.build import Skip
-from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, microsoft, replace_typed
+from graphfix.passes._contrib import NO_CONTRIB_IMPORTER, float_type, replace_typed
 from graphfix.passes._rotary import rotate, rotate_heads
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
 
@@ -68,7 +68,7 @@ PASS = Pass(
     ops=frozenset({"RotaryEmbedding"}),
     rules=(
         Rule(NO_IMPORTER, "all", "onnxruntime contrib RotaryEmbedding: no TensorRT importer reads its input order",
-             microsoft, error="unsupported-op-plugin-fallback-generic", evidence=NO_CONTRIB_IMPORTER),
+             error="unsupported-op-plugin-fallback-generic", evidence=NO_CONTRIB_IMPORTER),
     ),
     rewrite=rewrite,
     doc=__doc__ or "",

@@ -35,19 +35,12 @@ unoptimised model); ``approximate`` values other than none/tanh (invalid ONNX: a
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import replace_tensor
 from graphfix.graph.build import Skip
-from graphfix.passes._elementwise import float_dtype, onnx_domain
+from graphfix.passes._elementwise import erf_gelu, float_dtype, onnx_domain, tanh_gelu
 from graphfix.passes.base import NO_IMPORTER, Context, Pass, Rule
-
-SQRT_2 = math.sqrt(2.0)
-SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-TANH_CUBIC = 0.044715
 
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
@@ -55,19 +48,10 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     dtype = float_dtype(x, node.op)
     mode = node.attrs.get("approximate", "none")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    b = ctx.builder
-
-    def c(v: float) -> gs.Constant:
-        return b.const(np.array(v, dtype), hint="gelu")
-
     if mode == "none":
-        erf = b.op("Erf", [b.op("Div", [x, c(SQRT_2)])])
-        y = b.op("Mul", [b.op("Mul", [x, c(0.5)]), b.op("Add", [erf, c(1.0)])])
+        y = erf_gelu(ctx.builder, x, dtype)
     elif mode == "tanh":
-        # sqrt(2/pi) * (x + 0.044715 x^3) as sqrt(2/pi) x * (1 + 0.044715 x x)
-        poly = b.op("Add", [b.op("Mul", [b.op("Mul", [x, c(TANH_CUBIC)]), x]), c(1.0)])
-        tanh = b.op("Tanh", [b.op("Mul", [poly, b.op("Mul", [x, c(SQRT_2_OVER_PI)])])])
-        y = b.op("Mul", [b.op("Add", [tanh, c(1.0)]), b.op("Mul", [x, c(0.5)])])
+        y = tanh_gelu(ctx.builder, x, dtype)
     else:
         raise Skip(f"approximate={mode!r} is not a Gelu mode (none, tanh)")
     replace_tensor(ctx.graph, node.outputs[0], y)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import optional_input, replace_tensor
+from graphfix.graph import is_read, optional_input, replace_tensor
 from graphfix.graph.build import Skip
 from graphfix.passes._norm import element_count, float_dtype, reduce_mean_reads_axes, standardize, stash_dtype
 from graphfix.passes.base import LIMIT, NO_IMPORTER, Context, Pass, Rule
@@ -58,13 +58,9 @@ def _lists_statistics(node: gs.Node, ctx: Context) -> bool:
     return len(node.outputs) > 1
 
 
-def _used(t: gs.Tensor, ctx: Context) -> bool:
-    """Something reads ``t``: a node (subgraphs included) or the graph's outputs."""
-    return bool(t.name) and (bool(t.outputs) or t in ctx.graph.outputs)
-
 
 def rewrite(node: gs.Node, ctx: Context) -> None:
-    y, stats = node.outputs[0], [t for t in node.outputs[1:] if _used(t, ctx)]
+    y, stats = node.outputs[0], [t for t in node.outputs[1:] if is_read(t, ctx.graph)]
     if ctx.trt is not None and ctx.trt >= IMPORTER and not stats:
         replace_tensor(ctx.graph, y, ctx.builder.op("LayerNormalization", list(node.inputs), dict(node.attrs)))
         return
@@ -87,9 +83,9 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     if bias is not None:
         out = b.op("Add", [out, bias])
     replace_tensor(ctx.graph, y, out)
-    if len(node.outputs) > 1 and _used(node.outputs[1], ctx):
+    if len(node.outputs) > 1 and is_read(node.outputs[1], ctx.graph):
         replace_tensor(ctx.graph, node.outputs[1], m.mean)
-    if len(node.outputs) > 2 and _used(node.outputs[2], ctx):
+    if len(node.outputs) > 2 and is_read(node.outputs[2], ctx.graph):
         replace_tensor(ctx.graph, node.outputs[2], b.op("Div", [np.array(1, compute), m.std], dtype=compute))
 
 

@@ -30,7 +30,6 @@ import onnx
 from onnx import numpy_helper
 
 from graphfix import passes as registry
-from graphfix.errors import GraphfixError, first_line
 from graphfix.onnxio.validate import passes_full_check
 from graphfix.pipeline.checks import _invalid
 from graphfix.pipeline.settings import Settings, StrictFailure
@@ -139,12 +138,9 @@ def _judge(name: str, model: onnx.ModelProto, candidate: onnx.ModelProto, record
            counter: sessions_mod.SessionCounter, feeds) -> None:
     """Both models on the verification inputs; the record's outputs, verdict and reason."""
     try:
-        original = sessions_mod.run(model, feeds, "original", counter, settings.base_dir)
-        results = sessions_mod.run(candidate, feeds, name, counter, settings.base_dir)
-    except GraphfixError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
-        record.verdict, record.reason = ROLLED_BACK, f"rolled back: onnxruntime cannot run the {name} model ({first_line(exc)})"
+        original, results = sessions_mod.run_pair(model, candidate, feeds, name, counter, settings.base_dir)
+    except sessions_mod.CannotRun as exc:
+        record.verdict, record.reason = ROLLED_BACK, f"rolled back: onnxruntime cannot run the {name} model ({exc})"
         return
     diffs = compare_mod.deviation(original, results, output_scales(candidate), MAX_STEPS, MAX_OF_PEAK)
     record.outputs = {k: d.as_dict() for k, d in diffs.items()}

@@ -9,7 +9,7 @@ import time
 import onnx
 
 from graphfix.check.findings import check_model
-from graphfix.errors import GraphfixError, first_line
+from graphfix.errors import GraphfixError
 from graphfix.onnxio.validate import passes_full_check
 from graphfix.pipeline import convert_opset as convert_mod
 from graphfix.pipeline import fix_shapes
@@ -142,13 +142,7 @@ def _whole_model_step(name: str, model: onnx.ModelProto, candidate: onnx.ModelPr
         record.verdict, record.reason = ROLLED_BACK, f"rolled back: the {name} model is invalid ({broken})"
         record.nodes_after = record.nodes_before
     elif settings.verify:
-        try:
-            original = sessions_mod.run(model, feeds, "original", counter, settings.base_dir)
-            results = sessions_mod.run(candidate, feeds, name, counter, settings.base_dir)
-        except GraphfixError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
-            raise sessions_mod.CannotRun(first_line(exc)) from exc
+        original, results = sessions_mod.run_pair(model, candidate, feeds, name, counter, settings.base_dir)
         diffs = end_to_end(model, original, results, settings, feeds, counter, report)
         record.outputs = {k: d.as_dict() for k, d in diffs.items()}
         bad = [k for k, d in diffs.items() if not d.passed]

@@ -16,7 +16,7 @@ import onnx
 from polygraphy.comparator import RunResults
 
 from graphfix.analysis.aten_reference import evaluator, run_results
-from graphfix.errors import GraphfixError
+from graphfix.errors import GraphfixError, first_line
 from graphfix.fs.signals import reraise_swallowed_signal
 from graphfix.onnxio.ir import runtime_compatible
 from graphfix.onnxio.proto import Assembled, all_nodes
@@ -323,3 +323,15 @@ def noise_floor(model: onnx.ModelProto, feeds: Feeds, baseline: RunResults, coun
                 moved = max(finite_max_abs(ref, np.asarray(runs[k][name])), finite_max_abs(ref, np.asarray(runs[n + k][name])))
                 floor[name] = max(floor.get(name, 0.0), moved)
     return floor
+
+
+def run_pair(model: onnx.ModelProto, candidate: onnx.ModelProto, feeds: Feeds, name: str, counter: SessionCounter,
+             base_dir: str | None) -> tuple[RunResults, RunResults]:
+    """The original and a whole-model step's result on the same feeds; a failure of onnxruntime
+    (its errors are many types) is :class:`CannotRun` with its first line, graphfix's own pass through."""
+    try:
+        return run(model, feeds, "original", counter, base_dir), run(candidate, feeds, name, counter, base_dir)
+    except GraphfixError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types
+        raise CannotRun(first_line(exc)) from exc
