@@ -17,6 +17,7 @@ from functools import cached_property
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from graphfix.analysis.conditional import branch_pairs, runtime_condition
 from graphfix.graph import is_weights, optional_input, tensor_dtype
 from graphfix.passes.base import LIMIT, TYPE, WRONG_RESULTS, Context
 from graphfix.trt.versions import VersionRange
@@ -145,22 +146,9 @@ _REQUANTIZE = ("re-quantize symmetrically with INT8 zero points of 0 (onnxruntim
 
 
 # --------------------------------------------------------------------------------------------- If
-def _branch_outputs(node: gs.Node) -> list[tuple[gs.Tensor, gs.Tensor]] | None:
-    then, other = node.attrs.get("then_branch"), node.attrs.get("else_branch")
-    if not isinstance(then, gs.Graph) or not isinstance(other, gs.Graph) or len(then.outputs) != len(other.outputs):
-        return None
-    return list(zip(then.outputs, other.outputs, strict=True))
-
-
-def _runtime_condition(node: gs.Node, ctx: Context) -> bool:
-    """Not a build-time constant: TensorRT builds an IIfConditional (an initializer condition is
-    inlined by the importer, one that folds by graphfix's if-inline)."""
-    return bool(node.inputs) and not is_weights(node.inputs[0]) and ctx.folder.value(node.inputs[0]) is None
-
-
 def _rank_mismatch(node: gs.Node, ctx: Context) -> str | None:
-    pairs = _branch_outputs(node)
-    if pairs is None or not _runtime_condition(node, ctx):
+    pairs = branch_pairs(node)
+    if pairs is None or not runtime_condition(node, ctx.folder):
         return None
     differ = [f"output {k}: then '{a.name}' rank {len(a.shape)}, else '{b.name}' rank {len(b.shape)}"
               for k, (a, b) in enumerate(pairs) if a.shape is not None and b.shape is not None and len(a.shape) != len(b.shape)]
@@ -168,8 +156,8 @@ def _rank_mismatch(node: gs.Node, ctx: Context) -> str | None:
 
 
 def _dims_mismatch(node: gs.Node, ctx: Context) -> str | None:
-    pairs = _branch_outputs(node)
-    if pairs is None or not _runtime_condition(node, ctx):
+    pairs = branch_pairs(node)
+    if pairs is None or not runtime_condition(node, ctx.folder):
         return None
     differ = [f"output {k}: then '{a.name}' {list(a.shape)}, else '{b.name}' {list(b.shape)}"
               for k, (a, b) in enumerate(pairs)

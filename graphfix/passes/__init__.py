@@ -41,6 +41,7 @@ from graphfix.passes import (
     gridsample_decompose,
     groupnorm_decompose,
     if_inline,
+    if_rank_unify,
     int_argmax_topk,
     isinf_isnan_decompose,
     layernorm_decompose,
@@ -88,6 +89,7 @@ PIPELINE: tuple[ModuleType, ...] = (
     qoperator_to_qdq,
     qdq_uint8_to_int8,  # after qoperator-to-qdq, whose Q/DQ keep the QOperator model's UINT8 zero points
     if_inline,
+    if_rank_unify,  # after if-inline (which removes an If whose condition folds), before passes that rewrite its readers
     fold_weights,
     topk_constant_k,  # after fold-weights, which folds a K that is constant
     shape_tensor_ops,
