@@ -167,10 +167,16 @@ def _dims_mismatch(node: gs.Node, ctx: Context) -> str | None:
         if differ else None
 
 
-_IF_FIX = ("decide the If before TensorRT: graphfix --set-input NAME=VALUE for a condition a flag or a sample rate gives, "
-           "--fix-shapes NAME:dims for one a dynamic length gives (then if-inline folds it); or make both branches return "
-           "the same shape (Reshape/Unsqueeze the shorter branch's output inside it), or decide the branch at export time; "
-           "merged decoders: export the with-past and without-past decoders as separate models")
+_DECIDE_IF = ("decide the If before TensorRT: graphfix --set-input NAME=VALUE for a condition a flag or a sample rate gives, "
+              "--fix-shapes NAME:dims for one a dynamic length gives (then if-inline folds it)")
+_SPLIT_DECODERS = "merged decoders: export the with-past and without-past decoders as separate models"
+_IF_FIX = (f"{_DECIDE_IF}; or make both branches return the same shape (Reshape/Unsqueeze the shorter branch's output "
+           f"inside it), or decide the branch at export time; {_SPLIT_DECODERS}")
+_IF_RANK_FIX = (f"{_DECIDE_IF}; or re-export with a fixed rank (the branch decided at export time), or make both branches "
+                f"return the same rank (Reshape/Unsqueeze the shorter branch's output inside it); {_SPLIT_DECODERS}. "
+                "graphfix's if-rank-unify rewrites such an If only where one branch returns a Squeeze/Unsqueeze/Reshape/"
+                "Flatten of what the other returns and every reader of the If's output is a Reshape to a constant shape "
+                "without 0 entries, a Size, or a Flatten that splits both ranks alike (not the case here)")
 
 
 RESTRICTIONS: tuple[Restriction, ...] = (
@@ -218,7 +224,7 @@ RESTRICTIONS: tuple[Restriction, ...] = (
                 "build an IIfConditional (ConditionalHelpers.cpp addIfOutputLayers) and TensorRT refuses its output layer: "
                 "'IIfConditionalOutputLayer inputs must have the same shape' (NVIDIA/TensorRT#1731, #2846, #4603); "
                 "docs/operators.md: 'broadcastable shapes' (8.0-GA..10.0-GA), 'the same rank' (10.1-GA)",
-                _IF_FIX, error="if-branch-shape-mismatch"),
+                _IF_RANK_FIX, error="if-branch-shape-mismatch"),
     Restriction("if-branch-dims", frozenset({"If"}), LIMIT, ">=8.2", _dims_mismatch,
                 "IIfConditional (8.2-GA..10.1-GA importIf, ConditionalHelpers.cpp): 'IIfConditionalOutputLayer inputs must "
                 "have the same shape. Shapes are [2] and [1].' (NVIDIA/TensorRT#4603, TensorRT 10; DEIMv2#108, 8.6.1); "

@@ -5,9 +5,10 @@ want both branches' outputs of one shape: "IIfConditionalOutputLayer inputs must
 shape" (8.2-GA..10.1-GA, ConditionalHelpers.cpp addIfOutputLayers -> conditional->addOutput;
 NVIDIA/TensorRT#1731, #2846, #4032), and 8.0-GA's select of both branches refuses "Cannot
 broadcast shapes that have different ranks!" (builtin_op_importers.cpp importIf ->
-isBroadcastValid). Exporters write such Ifs for ``x.unsqueeze(0) if x.dim() == 1 else x``
-(TorchScript) and for ``x.squeeze(d)`` of a dynamic dim at opset >= 11 (``If(Shape(x)[d] == 1,
-Squeeze, Identity)``), then often read the result only through a Reshape or Flatten.
+isBroadcastValid). Exporters write such Ifs for ``x.squeeze(d)`` of a dynamic dim at opset >= 11
+(``If(Shape(x)[d] == 1, Squeeze, Identity)``) and for TorchScript's ``if unbatched: x =
+x.unsqueeze(0)`` on a flag computed at runtime, then often read the result only through a Reshape
+or a Flatten. (An If whose condition folds is if-inline's.)
 
 Pattern, per If output: one branch returns ``v`` (an Identity of it, at any depth) and the other a
 Squeeze, Unsqueeze, Reshape or Flatten of the same ``v``, the two of different rank; and every
