@@ -125,6 +125,8 @@ _RANK_DEPENDENT = {
     "add": lambda: _flag_model([node("Add", ["h", "h"], ["y"])], [out("y", FLOAT, ["a", "b"])]),
     "reshape_with_0": lambda: _flag_model([const("s", [0, -1], np.int64), node("Reshape", ["h", "s"], ["y"])],
                                           [out("y", FLOAT, ["a", "b"])]),
+    "reshape_to_a_runtime_shape": lambda: _flag_model([node("Reshape", ["h", "s"], ["y"])], [out("y", FLOAT, ["a", "b"])],
+                                                      extra_inputs=(inp("s", INT64, [2]),)),
     "reshape_to_shape_of_it": lambda: _flag_model(
         [node("Shape", ["h"], ["hs"]), node("Reshape", ["h", "hs"], ["y"])], [out("y", FLOAT, ["a", "b"])]),
     "flatten_splitting_elsewhere": lambda: _flag_model(  # axis 1: [1, B*8] from the Unsqueeze, [B, 8] from x
@@ -345,3 +347,23 @@ def test_scripted_detector_keeps_its_rank_findings_and_is_not_rewritten():
         assert all(f.fix_pass is None and "--set-input" in f.remedy and "re-export with a fixed rank" in f.remedy
                    for f in ranks)
         assert {f.node for f in ranks} >= {"/net16k/If", "/net16k/rnn/If", "/net8k/rnn/If_1"}
+
+
+@pytest.mark.parametrize("wrap", [None, wrapped_in_loop], ids=["top_level", "loop_body"])
+def test_undoing_the_rewrite_restores_the_if(wrap):
+    """Verification undoes a region on its own: the If gets its branches and output back."""
+    from graphfix.graph.edits import EditLog
+
+    m = FIXTURES["unsqueeze_on_flag_flatten"].build()
+    m = wrap(m) if wrap else m
+    graph = to_graph(m)
+    log = EditLog()
+    assert passes.get(NAME).run_on_graph(graph, None, False, log)[1] == 1
+    assert _rank_differences(to_model(graph, m)) == []
+    log.rollback_to(0)
+    restored = to_model(graph, m)
+    assert _rank_differences(restored) == _rank_differences(m) != []
+    assert sorted(_ops(restored)) == sorted(_ops(m))
+    for flag in (True, False):
+        feeds = _flag_feeds(False, flag)
+        assert_outputs_match(ort_run(m, feeds), ort_run(restored, feeds), atol=0, rtol=0)
