@@ -148,7 +148,7 @@ def test_if_branches_of_different_rank_block_under_a_runtime_condition(trt):
     assert [(f.severity, f.rule) for f in found] == [("blocking", "outside-limits")], found
     assert "rank 2" in found[0].message and "rank 1" in found[0].message
     assert "IIfConditionalOutputLayer" in (found[0].error_text or "")
-    assert found[0].fix_pass is None and "same shape" in found[0].upstream
+    assert found[0].fix_pass is None and "same rank" in found[0].upstream and "re-export with a fixed rank" in found[0].upstream
     assert _findings(_if("constant"), trt, "If") == []  # the importer inlines an initializer condition
 
 
