@@ -16,10 +16,17 @@ from fixtures.recipes._onnx import BOOL, FLOAT, INT64, const, inp, model, node, 
 from graphfix import passes
 from graphfix.check.findings import BLOCKING, check_model, passes_for
 from graphfix.graph import to_graph, to_model
+from graphfix.graph.edits import EditLog
 from graphfix.graph.importer import all_graphs
 from graphfix.onnxio.proto import all_nodes
 from tests.helpers.control_flow import CONDITION, matches, strictly_inferred, wrapped_in_if, wrapped_in_loop
-from tests.helpers.support import assert_outputs_match, check_rewrite, node_cases, ort_run, runs_on_onnxruntime
+from tests.helpers.support import (
+    assert_outputs_match,
+    check_rewrite,
+    node_cases,
+    ort_run,
+    runs_on_onnxruntime,
+)
 
 NAME = "if-rank-unify"
 FIXTURES = {fx.name: fx for group, fx in all_fixtures() if group == "if_rank_unify"}
@@ -352,8 +359,6 @@ def test_scripted_detector_keeps_its_rank_findings_and_is_not_rewritten():
 @pytest.mark.parametrize("wrap", [None, wrapped_in_loop], ids=["top_level", "loop_body"])
 def test_undoing_the_rewrite_restores_the_if(wrap):
     """Verification undoes a region on its own: the If gets its branches and output back."""
-    from graphfix.graph.edits import EditLog
-
     m = FIXTURES["unsqueeze_on_flag_flatten"].build()
     m = wrap(m) if wrap else m
     graph = to_graph(m)
