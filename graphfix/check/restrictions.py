@@ -174,9 +174,9 @@ _IF_FIX = (f"{_DECIDE_IF}; or make both branches return the same shape (Reshape/
            f"inside it), or decide the branch at export time; {_SPLIT_DECODERS}")
 _IF_RANK_FIX = (f"{_DECIDE_IF}; or re-export with a fixed rank (the branch decided at export time), or make both branches "
                 f"return the same rank (Reshape/Unsqueeze the shorter branch's output inside it); {_SPLIT_DECODERS}. "
-                "graphfix's if-rank-unify rewrites such an If only where one branch returns a Squeeze/Unsqueeze/Reshape/"
-                "Flatten of what the other returns and every reader of the If's output is a Reshape to a constant shape "
-                "without 0 entries, a Size, or a Flatten that splits both ranks alike (not the case here)")
+                "(graphfix's if-rank-unify applies only where one branch returns a Squeeze/Unsqueeze/Reshape/Flatten of "
+                "the other's tensor and every reader ignores the rank: a constant Reshape, a Size, a Flatten splitting both "
+                "alike; not so here)")
 
 
 RESTRICTIONS: tuple[Restriction, ...] = (
