@@ -1,4 +1,4 @@
-"""if-rank-unify: an If whose branches return one tensor at two ranks, read only by consumers the rank does not change, returns it at one rank.
+"""if-rank-unify: an If returning one tensor at two ranks, read only where the rank does not matter, returns one rank.
 
 Why: an If whose condition is computed at runtime becomes an IIfConditional, whose output layers
 want both branches' outputs of one shape: "IIfConditionalOutputLayer inputs must have the same
@@ -10,7 +10,7 @@ isBroadcastValid). Exporters write such Ifs for ``x.squeeze(d)`` of a dynamic di
 x.unsqueeze(0)`` on a flag computed at runtime, then often read the result only through a Reshape
 or a Flatten. (An If whose condition folds is if-inline's.)
 
-Pattern, per If output: one branch returns ``v`` (an Identity of it, at any depth) and the other a
+Pattern, per If output: one branch returns ``v`` (or an Identity of it, through any chain) and the other a
 Squeeze, Unsqueeze, Reshape or Flatten of the same ``v``, the two of different rank; and every
 node that reads the If's output computes the same from ``v`` as from the changed tensor, at both
 ranks:
@@ -23,8 +23,10 @@ ranks:
   change keeps, dims a Squeeze drops (1 whenever it runs), static lengths).
 
 Anything else (an Add, a Shape, an Unsqueeze, a Reshape whose shape has a 0 entry or is
-computed, a graph or body output, a read from inside another body) leaves the If as it is, and
-`graphfix check` names it with both ranks and what would resolve it.
+computed at runtime, a graph or body output, a read from inside another body) leaves the If as it
+is: the rule holds only where this rewrite applies, and any other If of different ranks stays
+check's ``if-branch-rank`` finding (graphfix/check/restrictions.py), which names it, both ranks
+and what would resolve it (``--set-input``, ``--fix-shapes``, re-exporting with a fixed rank).
 
 Rewrite (exact): the changed branch returns an Identity of the tensor its Squeeze/Unsqueeze/
 Reshape/Flatten read, so both branches return ``v``; the If's output is a new tensor of ``v``'s
