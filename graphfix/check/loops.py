@@ -306,7 +306,8 @@ LOOP_RESTRICTIONS: tuple[Restriction, ...] = (
     Restriction("scan-without-state", SCAN, LIMIT, ">=7.1", _no_scan_state,
                 f"{_SCAN_SRC}: ctx->registerLayer(stateVars.at(0), ...) with no state variable, builtin_op_importers.cpp "
                 "7.1, 7.2.1, 8.0-GA..8.6-GA, 9.0-GA, 9.3, onnxOpImporters.cpp 10.0-GA, 10.1-GA, main@7ecb49a (7.0 has no "
-                "registerLayer); a std::out_of_range the parser reports as 'Invalid Node' (8.2-GA on) or that aborts it",
+                "registerLayer); a std::out_of_range that ModelImporter.cpp parseGraph's catch reports as 'Invalid Node' "
+                "(8.0-GA on) or that aborts the parser (7.x: no catch)",
                 "give the Scan a state variable: a first input (e.g. a scalar initializer 0) that the body passes on through "
                 "an Identity as its first output, and a first Scan output nothing reads"),
     Restriction("scan-negative-axis", SCAN, LIMIT, ">=7.0", _negative_scan_axes,
