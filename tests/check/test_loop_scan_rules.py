@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import pytest
 from onnx import helper
 
 from fixtures.recipes._onnx import BOOL, FLOAT, INT64, init, inp, node, out
@@ -201,6 +200,7 @@ def _scan(states: int = 1, input_axis: int = 0, output_axis: int = 0, opset: int
 def test_a_scan_without_state_variables_is_refused_from_7_1():
     assert _at(_scan(states=0), "Scan", "scan-without-state") == set(ALL) - {"7.0"}
     assert _at(_scan(states=1), "Scan", "scan-without-state") == set()
+    assert [f for f in check_model(_scan(), "10.1").findings if f.op == "Scan" and f.severity == "blocking"] == []
 
 
 def test_negative_scan_axes_are_refused_everywhere():
@@ -228,9 +228,3 @@ def test_a_loop_inside_an_if_branch_is_reported_with_its_path():
                [inp("s", FLOAT, [2]), inp("gate", BOOL, [])], [out("z", FLOAT, [2])], list(loop_model.graph.initializer))
     found = [f for f in check_model(m, "8.6").findings if f.op == "Loop"]
     assert [f.path for f in found] == [["gate_if", "the_loop"]]
-
-
-@pytest.mark.parametrize("trt", ["8.6", "10.1"])
-def test_a_plain_for_loop_and_scan_have_no_finding(trt):
-    assert [f for f in check_model(_loop(5, read_iteration=True, scan_output=True), trt).findings if f.op == "Loop"] == []
-    assert [f for f in check_model(_scan(), trt).findings if f.op == "Scan" and f.severity == "blocking"] == []
