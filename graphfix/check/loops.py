@@ -12,9 +12,8 @@ set at import. What they refuse or compute differently from ONNX:
 * a scan output's length is the trip count, or a dummy 1024 when there is none;
 * 7.x reads the initial condition only (the body's condition output is never read);
 * ``ctx->registerLayer(stateVars.at(0), ...)`` with no carried value throws std::out_of_range
-  (Scan 7.1 onward, Loop in 7.1 only);
-* Scan's axes go through ``convertAxis(axis, nvinfer1::Dims::MAX_DIMS)``: a negative axis becomes
-  axis + 8, not axis + rank;
+  (Loop in 7.1 only; Scan 7.1 onward, which the scan-normalize pass rewrites, as it does Scan's
+  negative axes);
 * IRecurrenceLayer wants both of its inputs of one shape (errors.json loop-carried-shape-changes).
 """
 
@@ -31,8 +30,6 @@ LOOP, SCAN = frozenset({"Loop"}), frozenset({"Scan"})
 #: The trip count 8.5-GA..main read as "no limit": INT_MAX (8.x compares the INT32 weight that
 #: convertINT64 clamps INT64 values to; 9.0-GA on, an INT64 weight >= INT32_MAX).
 INT32_MAX = 2**31 - 1
-#: TensorRT's Dims::MAX_DIMS, which the Scan importer adds to a negative axis.
-MAX_DIMS = 8
 #: The length the Loop importer gives a scan output when it keeps no trip count.
 DUMMY_LENGTH = 1024
 
@@ -215,23 +212,6 @@ def _carried_shape_changes(node: gs.Node, ctx: Context) -> str | None:
     return f"a loop-carried value changes shape between iterations ({'; '.join(changes)})"
 
 
-# ----------------------------------------------------------------------------- detectors: Scan
-def _no_scan_state(node: gs.Node, ctx: Context) -> str | None:
-    if _body(node) is None or _scan_state_count(node, ctx) > 0:
-        return None
-    return ("the Scan carries no state variable: the importer's registerLayer(stateVars.at(0), ...) throws "
-            "std::out_of_range ('vector::_M_range_check')")
-
-
-def _negative_scan_axes(node: gs.Node, ctx: Context) -> str | None:
-    negative = [f"{attr} {list(node.attrs[attr])}" for attr in ("scan_input_axes", "scan_output_axes")
-                if any(int(a) < 0 for a in node.attrs.get(attr) or ())]
-    if not negative:
-        return None
-    return (f"negative scan axes ({'; '.join(negative)}): the importer adds {MAX_DIMS} (Dims::MAX_DIMS), not the rank, so "
-            f"axis -1 becomes {MAX_DIMS - 1}, outside the tensor")
-
-
 # ------------------------------------------------------------------------------------------ rules
 _LOOP_SRC = "DEFINE_BUILTIN_OP_IMPORTER(Loop)"
 _SCAN_SRC = "DEFINE_BUILTIN_OP_IMPORTER(Scan)"
@@ -303,17 +283,4 @@ LOOP_RESTRICTIONS: tuple[Restriction, ...] = (
                 "when the condition can end the loop before the trip count, carry a counter and slice the scan outputs to the "
                 "iterations run, or make the trip count exact and the condition constant true",
                 certain=False),
-    Restriction("scan-without-state", SCAN, LIMIT, ">=7.1", _no_scan_state,
-                f"{_SCAN_SRC}: ctx->registerLayer(stateVars.at(0), ...) with no state variable, builtin_op_importers.cpp "
-                "7.1, 7.2.1, 8.0-GA..8.6-GA, 9.0-GA, 9.3, onnxOpImporters.cpp 10.0-GA, 10.1-GA, main@7ecb49a (7.0 has no "
-                "registerLayer); a std::out_of_range that ModelImporter.cpp parseGraph's catch reports as 'Invalid Node' "
-                "(8.0-GA on) or that aborts the parser (7.x: no catch)",
-                "give the Scan a state variable: a first input (e.g. a scalar initializer 0) that the body passes on through "
-                "an Identity as its first output, and a first Scan output nothing reads"),
-    Restriction("scan-negative-axis", SCAN, LIMIT, ">=7.0", _negative_scan_axes,
-                f"{_SCAN_SRC}: CHECK(convertAxis(axis, nvinfer1::Dims::MAX_DIMS)) for scan_input_axes and scan_output_axes "
-                f"(onnx2trt_utils.cpp 7.0..9.3, importerUtils.cpp 10.0-GA..main: axis += nbDims), {_ALL_BRANCHES}; "
-                "the IIteratorLayer / ILoopOutputLayer then get axis + 8",
-                "write the axes as non-negative: axis + rank of the scanned input (scan_input_axes), axis + rank of the "
-                "body's scan output + 1 (scan_output_axes)"),
 )

@@ -58,6 +58,7 @@ from graphfix.passes import (
     rmsnorm_decompose,
     rotary_embedding_decompose,
     round_sign_decompose,
+    scan_normalize,
     scatterelements_decompose,
     scatternd_cast,
     scatternd_decompose,
@@ -88,6 +89,7 @@ PIPELINE: tuple[ModuleType, ...] = (
     qoperator_to_qdq,
     qdq_uint8_to_int8,  # after qoperator-to-qdq, whose Q/DQ keep the QOperator model's UINT8 zero points
     if_inline,
+    scan_normalize,
     fold_weights,
     topk_constant_k,  # after fold-weights, which folds a K that is constant
     shape_tensor_ops,
