@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from graphfix.analysis.origin import DATA, ValueOrigins
 from graphfix.check.parser_rule import Restriction
 from graphfix.graph import is_weights, optional_input
 from graphfix.passes.base import LIMIT, WRONG_RESULTS, Context
@@ -163,6 +164,18 @@ def _scan_outputs_early_exit(node: gs.Node, ctx: Context) -> str | None:
             "count, ONNX by the iterations run; the two differ whenever the condition ends the loop first")
 
 
+def _length_from_data(node: gs.Node, ctx: Context) -> str | None:
+    """The trip count that becomes the scan outputs' length is computed from tensor values."""
+    parts, trip = _loop_parts(node), optional_input(node, 0)
+    if parts is None or not parts[2] or trip is None or _trip_count(node, ctx) == "max":
+        return None
+    origin = ctx.memo("origins", ValueOrigins).of(trip)
+    if origin.kind != DATA:
+        return None
+    return (f"{parts[2]} scan output(s) whose length is the trip count '{trip.name}', computed from tensor data "
+            f"({origin.describe()}): a loop output's length must be a shape tensor")
+
+
 # ------------------------------------------------------------------------------ detectors: both
 def _states(node: gs.Node, ctx: Context) -> list[tuple[gs.Tensor, gs.Tensor, gs.Tensor]]:
     """(initial value, body input, body output) of each loop-carried value."""
@@ -276,6 +289,13 @@ LOOP_RESTRICTIONS: tuple[Restriction, ...] = (
                 f"{_LOOP_SRC}, builtin_op_importers.cpp 7.0..8.4-GA: trtScanOut->setInput(1, *tripLimit) with the trip "
                 "count (INT64 weights clamped to INT32_MAX by convertINT64); 8.5-GA adds isMaxTripCount",
                 _SIZED),
+    Restriction("loop-scan-output-length-from-data", LOOP, LIMIT, ">=7.0", _length_from_data,
+                f"{_LOOP_SRC}: trtScanOut->setInput(1, *tripLimit), {_ALL_BRANCHES}; NvInfer.h ILoopOutputLayer "
+                "(TensorRT 7.1..10.x API docs): 'If getLoopOutput() is kCONCATENATE or kREVERSE, a second input must be "
+                "provided. The second input must be a 0D shape tensor, defined before the loop commences'",
+                "compute the trip count from shapes or constants (Shape/Gather of the tensor the loop walks), or give the "
+                "Loop an upper bound as an INT64 initializer and slice the scan outputs to the iterations run",
+                error="layer-cannot-compute-shape-tensor"),
     Restriction("loop-scan-output-early-exit", LOOP, WRONG_RESULTS, ">=8.0", _scan_outputs_early_exit,
                 f"{_LOOP_SRC}, builtin_op_importers.cpp 8.0-GA..9.3, onnxOpImporters.cpp 10.0-GA..main@7ecb49a: "
                 "trtScanOut->setInput(1, *tripLimit) (kCONCATENATE of the trip count's length) while the body's condition "

@@ -154,6 +154,31 @@ def test_scan_outputs_of_a_loop_its_condition_can_end_early_are_an_uncertain_war
                    .findings)
 
 
+def _trip_from(source: str) -> onnx.ModelProto:
+    """A for-loop with a scan output whose trip count is computed: from the values of ``v``
+    ('data': ReduceMax of a float input) or from its shape ('shape')."""
+    m = _loop(5, read_iteration=False, scan_output=True)
+    m.graph.initializer.remove(next(t for t in m.graph.initializer if t.name == "m"))
+    m.graph.input.append(inp("v", FLOAT, ["L"]))
+    if source == "data":
+        made = [node("ReduceMax", ["v"], ["v_max"], name="vmax", keepdims=0), node("Cast", ["v_max"], ["m"], name="to_count", to=INT64)]
+    else:
+        made = [node("Shape", ["v"], ["v_shape"], name="vshape"), node("ReduceMax", ["v_shape"], ["m"], name="vlen", keepdims=0)]
+    nodes = [*made, *m.graph.node]
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    return m
+
+
+def test_a_scan_output_length_computed_from_data_is_refused():
+    """The length of a kCONCATENATE loop output must be a 0D shape tensor (ILoopOutputLayer)."""
+    m = _trip_from("data")
+    assert _at(m, "Loop", "loop-scan-output-length-from-data") == set(ALL)
+    found = next(f for f in check_model(m, "8.6").findings if f.op == "Loop")
+    assert found.severity == "blocking" and "ReduceMax 'vmax'" in found.message
+    assert _at(_trip_from("shape"), "Loop", "loop-scan-output-length-from-data") == set()
+
+
 # ----------------------------------------------------------------------------------- carried values
 def test_a_carried_value_that_grows_is_refused_everywhere():
     m = _loop(3, read_iteration=False, grow=True)
