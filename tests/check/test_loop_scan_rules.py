@@ -122,7 +122,7 @@ def test_an_iteration_number_read_only_inside_a_nested_body_counts():
 
 
 # ------------------------------------------------------------------------------------------- condition
-def test_7_x_ignores_the_condition_the_body_computes():
+def test_releases_before_8_0_ignore_the_condition_the_body_computes():
     """7.0-7.2.1 put the kWHILE trip limit on the Loop's condition input; 8.0-GA reads body.output(0)."""
     m = _loop(10, read_iteration=False, computed_condition=True)
     assert _at(m, "Loop", "loop-condition-ignored") == {"7.0", "7.1", "7.2"}
