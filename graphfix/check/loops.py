@@ -7,8 +7,9 @@ IRecurrenceLayer (initial value, then the body's output), the trip count a kCOUN
 condition a kWHILE trip limit, a scan output an ILoopOutputLayer kCONCATENATE whose length input is
 set at import. What they refuse or compute differently from ONNX:
 
-* the iteration number (body input 0) is registered only for a trip count the importer keeps: a
-  body that reads it without one fails ModelImporter's ``Node input was not registered``;
+* the iteration number (body input 0) is registered only for a trip count the importer keeps, the
+  condition (body input 1) only for a condition input: a body that reads either without it fails
+  ModelImporter's ``Node input was not registered``;
 * a scan output's length is the trip count, or a dummy 1024 when there is none;
 * 7.x reads the initial condition only (the body's condition output is never read);
 * ``ctx->registerLayer(stateVars.at(0), ...)`` with no carried value throws std::out_of_range
@@ -122,6 +123,19 @@ def _iteration_is_trip_count(node: gs.Node, ctx: Context) -> str | None:
             "count there, not the iteration number")
 
 
+def _condition_unregistered(node: gs.Node, ctx: Context) -> str | None:
+    """No condition input, and the body reads its condition input with a node or returns it as a
+    carried value or scan output (the condition output, body output 0, is not read then)."""
+    parts = _loop_parts(node)
+    if parts is None or optional_input(node, 1) is not None:
+        return None
+    cond_in = parts[0].inputs[1]
+    if not cond_in.outputs and not any(o is cond_in for o in parts[0].outputs[1:]):
+        return None
+    return (f"the Loop has no condition input and the body reads its condition input '{cond_in.name}': the importer "
+            "registers it only with a condition ('Node input was not registered')")
+
+
 def _condition_ignored(node: gs.Node, ctx: Context) -> str | None:
     parts = _loop_parts(node)
     if parts is None or not _computed_condition(parts[0], ctx):
@@ -207,7 +221,7 @@ def _grows(body_in: gs.Tensor, body_out: gs.Tensor) -> int | None:
 def _shape_change(initial: gs.Tensor, body_in: gs.Tensor, body_out: gs.Tensor) -> str | None:
     axis = _grows(body_in, body_out)
     if axis is not None:
-        return f"'{body_out.name}' concatenates onto '{body_in.name}' along axis {axis}: it grows every iteration"
+        return f"'{body_out.name}' grows along axis {axis} (a Concat onto '{body_in.name}')"
     for before in (initial, body_in):
         if before.shape is None or body_out.shape is None:
             continue
@@ -236,10 +250,9 @@ _COUNTER = ("give the Loop a trip count below 2^31-1 (its maximum number of iter
 _SIZED = ("give the Loop its trip count (the number of iterations, or an upper bound with a counter carried to slice the "
           "scan output to the iterations run), or collect the per-iteration values in a preallocated loop-carried buffer; "
           "a map over a tensor's first axis (tf.map_fn) can be exported as a Scan, whose length TensorRT takes from its input")
-_ONE_SHAPE = ("keep every loop-carried value one shape: preallocate the full-length buffer before the loop and write each "
-              "step into it (ScatterND, or Where on a step index) with a length counter, or return the per-step results as "
-              "scan outputs instead of a Concat onto a carried tensor; a detector's per-box loop (mask pasting): run it "
-              "outside the engine or export a fixed detection count")
+_ONE_SHAPE = ("keep loop-carried values one shape: preallocate the full buffer and write each step into it (ScatterND, "
+              "or Where on a step index), or return the per-step results as scan outputs instead of a Concat onto a "
+              "carried tensor")
 
 LOOP_RESTRICTIONS: tuple[Restriction, ...] = (
     Restriction("loop-carried-shape", LOOP | SCAN, LIMIT, ">=7.0", _carried_shape_changes,
@@ -268,6 +281,13 @@ LOOP_RESTRICTIONS: tuple[Restriction, ...] = (
                 f"{_LOOP_SRC}, builtin_op_importers.cpp 7.0: ctx->registerTensor(tripLimit, body.input(0).name()) (the "
                 "iteration-number input is the trip count; 7.2.1 on: addLoopCounter)",
                 f"build with TensorRT >= 7.2, or {_COUNTER.split(', or ', 1)[1]}"),
+    Restriction("loop-condition-unregistered", LOOP, LIMIT, ">=7.0", _condition_unregistered,
+                f"{_LOOP_SRC}: ctx->registerTensor(cond, body.input(1).name()) only inside 'if (inputs[1])', "
+                f"{_ALL_BRANCHES}; ModelImporter.cpp parseGraph: ASSERT(ctx->tensors().count(inputName)) 'Node input was "
+                "not registered.' (8.0-GA..10.1-GA)",
+                "give the Loop a condition input, a BOOL initializer true, where the body passes its condition on "
+                "unchanged (Identity) or returns true (the loop then runs its trip count, as without one); otherwise make "
+                "the body's condition output a constant true and drop the body's reads of its condition input"),
     Restriction("loop-condition-ignored", LOOP, WRONG_RESULTS, "<8.0", _condition_ignored,
                 f"{_LOOP_SRC}, builtin_op_importers.cpp 7.0, 7.1, 7.2.1: loop->addTripLimit(*cond, kWHILE) on the Loop's "
                 "condition input; body.output(0) is never read (8.0-GA adds a recurrence fed by the body's condition)",

@@ -129,6 +129,19 @@ def test_releases_before_8_0_ignore_the_condition_the_body_computes():
     assert _at(_loop(10, read_iteration=False), "Loop", "loop-condition-ignored") == set()  # passed on unchanged
 
 
+def test_a_body_reading_its_condition_without_a_condition_input_is_refused_everywhere():
+    """importLoop registers the body's condition input only inside 'if (inputs[1])' (7.0..main)."""
+    m = _loop(3, read_iteration=False)
+    m.graph.node[0].input[1] = ""  # a for-loop without a condition; the body still passes it on (Identity)
+    assert _at(m, "Loop", "loop-condition-unregistered") == set(ALL)
+    assert _at(_loop(3, read_iteration=False), "Loop", "loop-condition-unregistered") == set()
+    body = next(a.g for a in m.graph.node[0].attribute if a.name == "body")
+    passed = next(n for n in body.node if n.name == "pass_cond")
+    passed.input[0] = "one_b"  # the body's condition no longer reads its condition input
+    body.node.insert(0, node("Constant", [], ["one_b"], name="true", value=helper.make_tensor("t", BOOL, [], [True])))
+    assert _at(m, "Loop", "loop-condition-unregistered") == set()
+
+
 # ---------------------------------------------------------------------------------------- scan outputs
 def test_scan_outputs_without_a_trip_count_get_a_dummy_length_everywhere():
     m = _loop(None, read_iteration=False, computed_condition=True, scan_output=True)
