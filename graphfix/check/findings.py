@@ -299,8 +299,8 @@ def _findings_of(node: gs.Node, release: support.Release, ctx: Context, origins:
     # rule's with no rewrite; what the rewrite leaves, the check of the fixed model reports
     for r, message in [] if claimed else restrictions.broken(node, ctx):
         typed = typed or r.types
-        finding = _finding(node, BLOCKING if r.blocking else WARNING, message, r.error, prefer=r.prefer, rule=r.kind,
-                           evidence=r.evidence)
+        finding = _finding(node, BLOCKING if r.blocking and r.certain else WARNING, message, r.error, prefer=r.prefer,
+                           rule=r.kind, evidence=r.evidence, certain=r.certain)
         finding.upstream = r.upstream
         yield finding
     if not claimed:

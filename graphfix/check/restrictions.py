@@ -10,49 +10,20 @@ importer source of those releases was read).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from functools import cached_property
+from collections.abc import Iterator
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.analysis.conditional import branch_pairs, runtime_condition
+from graphfix.check.loops import LOOP_RESTRICTIONS
+from graphfix.check.parser_rule import Restriction
 from graphfix.graph import is_weights, optional_input, tensor_dtype
 from graphfix.passes.base import LIMIT, TYPE, WRONG_RESULTS, Context
-from graphfix.trt.versions import VersionRange
 
 QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
 #: Zero-point types whose values the importers check (shiftIsAllZeros reads them as bytes).
 _INTEGER_ZERO_POINTS = frozenset({"int8", "uint8", "int16", "uint16", "int4", "uint4"})
-
-
-@dataclass(frozen=True)
-class Restriction:
-    """One parser rule with no rewrite: ``detect`` gives the finding's message when the node
-    breaks it (None when it does not)."""
-
-    name: str
-    ops: frozenset[str]
-    kind: str
-    versions: str
-    detect: Callable[[gs.Node, Context], str | None]
-    evidence: str
-    upstream: str
-    error: str | None = None
-    #: The rule is about the node's input types (check's generic type warning is then left out).
-    types: bool = False
-    #: Quote the errors.json example of ``error`` that holds this text.
-    prefer: str | None = None
-
-    @cached_property
-    def range(self) -> VersionRange:
-        return VersionRange(self.versions)
-
-    @property
-    def blocking(self) -> bool:
-        """The parser refuses (wrong-results rules: it builds, and computes something else)."""
-        return self.kind != WRONG_RESULTS
 
 
 # ----------------------------------------------------------------- QuantizeLinear / DequantizeLinear
@@ -230,6 +201,7 @@ RESTRICTIONS: tuple[Restriction, ...] = (
                 "have the same shape. Shapes are [2] and [1].' (NVIDIA/TensorRT#4603, TensorRT 10; DEIMv2#108, 8.6.1); "
                 "docs/operators.md says 'broadcastable' (8.x-10.0) / 'same rank' (10.1-GA): the builder wants equal dims",
                 _IF_FIX, error="if-branch-shape-mismatch"),
+    *LOOP_RESTRICTIONS,
 )
 
 

@@ -63,9 +63,11 @@ def _restrictions() -> list[str]:
     """The parser rules no pass rewrites (graphfix.check.restrictions): `graphfix check` reports
     them, blocking or (wrong-results) a warning, and prints the change to make as the fix."""
     lines = ["", "## Rules no pass rewrites", "",
-             "`graphfix check --trt V` also reports these (graphfix/check/restrictions.py): blocking where the parser",
-             "refuses, a warning where it builds and computes something else (wrong-results); `--passes auto` has",
-             "no pass for them (exit 4 when one blocks), and the finding's fix says what to change in the export.", "",
+             "`graphfix check --trt V` also reports these (graphfix/check/restrictions.py; Loop and Scan:",
+             "graphfix/check/loops.py): blocking where the parser refuses, a warning where it builds and computes",
+             "something else (wrong-results; uncertain where it depends on run-time values); `--passes auto` has",
+             "no pass for them (exit 4 when one blocks), and the finding's fix says what to change in the export.",
+             "A finding inside an If branch or a Loop/Scan body carries the path of the nodes that hold it.", "",
              "| rule | ops | kind | releases | error id | evidence | fix |", "|---|---|---|---|---|---|---|"]
     lines += [f"| `{r.name}` | {', '.join(sorted(r.ops))} | {r.kind} | {_cell(r.versions)} | {r.error or '-'} | {_cell(r.evidence)} | "
               f"{_cell(r.upstream)} |" for r in RESTRICTIONS]

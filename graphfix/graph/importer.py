@@ -148,6 +148,22 @@ def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
         graph.__dict__["gf_flat"] = key
 
 
+def copy_body(body: gs.Graph) -> gs.Graph:
+    """A copy of an If branch or a Loop/Scan body (its nested bodies too) that keeps every tensor
+    it reads from an enclosing graph as the same object: what a pass inlines, or installs in place
+    of a body whose inputs/outputs it changes (the pipeline's contract holds a body that is still
+    there to its signature)."""
+    defined: set[int] = set()
+    read: dict[str, gs.Tensor] = {}
+    for g in all_graphs(body):
+        defined.update(id(t) for t in g.inputs)
+        for n in g.nodes:
+            defined.update(id(o) for o in n.outputs)
+            read.update((i.name, i) for i in n.inputs if i.name)
+        read.update((o.name, o) for o in g.outputs if o.name)
+    return body.copy(tensor_map={name: t for name, t in read.items() if id(t) not in defined})
+
+
 def enclosing(root: gs.Graph) -> dict[int, list[str]]:
     """Per graph (by id), the names of the nodes that hold it, outermost first (the root: none):
     where a node inside an If branch or a Loop/Scan body is."""

@@ -59,6 +59,7 @@ from graphfix.passes import (
     rmsnorm_decompose,
     rotary_embedding_decompose,
     round_sign_decompose,
+    scan_normalize,
     scatterelements_decompose,
     scatternd_cast,
     scatternd_decompose,
@@ -90,6 +91,7 @@ PIPELINE: tuple[ModuleType, ...] = (
     qdq_uint8_to_int8,  # after qoperator-to-qdq, whose Q/DQ keep the QOperator model's UINT8 zero points
     if_inline,
     if_rank_unify,  # after if-inline (which removes an If whose condition folds), before passes that rewrite its readers
+    scan_normalize,
     fold_weights,
     topk_constant_k,  # after fold-weights, which folds a K that is constant
     shape_tensor_ops,

@@ -28,7 +28,7 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, is_weights, replace_tensor
 from graphfix.graph.build import Skip
-from graphfix.graph.importer import all_graphs
+from graphfix.graph.importer import copy_body
 from graphfix.passes.base import LIMIT, MUST_BE_WEIGHTS, NO_IMPORTER, Context, Pass, Rule
 
 
@@ -91,7 +91,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
 
 
 def _inline(node: gs.Node, branch: gs.Graph, ctx: Context) -> None:
-    copy = branch.copy(tensor_map=_outer_scope(branch))
+    copy = copy_body(branch)
     _keep_names_unique(copy, ctx)
     ctx.graph.nodes.extend(copy.nodes)
     b = ctx.builder
@@ -111,19 +111,6 @@ def _inline(node: gs.Node, branch: gs.Graph, ctx: Context) -> None:
             inner_branch = inner.attrs.get("then_branch" if taken else "else_branch")
             if isinstance(inner_branch, gs.Graph) and len(inner_branch.outputs) == len(inner.outputs):
                 _inline(inner, inner_branch, ctx)
-
-
-def _outer_scope(branch: gs.Graph) -> dict[str, gs.Tensor]:
-    """Every tensor the branch (at any depth) reads but does not define: kept as the same objects."""
-    defined: set[int] = set()
-    read: dict[str, gs.Tensor] = {}
-    for g in all_graphs(branch):
-        defined.update(id(t) for t in g.inputs)
-        for n in g.nodes:
-            defined.update(id(o) for o in n.outputs)
-            read.update((i.name, i) for i in n.inputs if i.name)
-        read.update((o.name, o) for o in g.outputs if o.name)
-    return {name: t for name, t in read.items() if id(t) not in defined}
 
 
 def _keep_names_unique(copy: gs.Graph, ctx: Context) -> None:

@@ -66,9 +66,13 @@ def wrapped_in_loop(model: onnx.ModelProto) -> onnx.ModelProto:
     body_outputs = [helper.make_tensor_value_info("gf_test_cond_out", TensorProto.BOOL, []), *outs]
     body = _body(model.graph, "body", body_inputs, [keep], body_outputs, list(model.graph.initializer))
     trips = numpy_helper.from_array(np.array(1, np.int64), "gf_test_trips")
-    node = helper.make_node("Loop", ["gf_test_trips", ""], [f"{o.name}.out" for o in outs], name="/wrap/Loop", body=body)
+    # a condition input, as tf2onnx writes: without one every TensorRT release leaves the body's condition
+    # input unregistered, which the Identity reads (graphfix.check.loops, loop-condition-unregistered)
+    cond = numpy_helper.from_array(np.array(True), "gf_test_cond")
+    node = helper.make_node("Loop", ["gf_test_trips", "gf_test_cond"], [f"{o.name}.out" for o in outs], name="/wrap/Loop",
+                            body=body)
     outputs = [helper.make_tensor_value_info(f"{o.name}.out", o.type.tensor_type.elem_type, None) for o in outs]
-    return _model(model, [node], _weights_free_inputs(model), outputs, [trips])
+    return _model(model, [node], _weights_free_inputs(model), outputs, [trips, cond])
 
 
 def matches(model: onnx.ModelProto, pass_name: str, trt: str | None, bodies: bool) -> list[str]:
