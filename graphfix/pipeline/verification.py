@@ -7,9 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
 import onnx
-from polygraphy.comparator import RunResults
 
 from graphfix.analysis import discrete
 from graphfix.errors import GraphfixError, first_line
@@ -25,6 +23,7 @@ from graphfix.verify import compare as compare_mod
 from graphfix.verify import precision as precision_mod
 from graphfix.verify import regions as regions_mod
 from graphfix.verify import sessions as sessions_mod
+from graphfix.verify import spill
 
 
 def verify_regions(model, graph, log, settings, report, feeds, counter, source, decided=([], {}), step=lambda what: None):
@@ -76,8 +75,9 @@ def verify_regions(model, graph, log, settings, report, feeds, counter, source, 
         if rec.verdict == UNVERIFIED:
             rec.verdict = ROLLED_BACK if rec.rolled_back_nodes >= rec.rewritten else KEPT
     # what is read after the regions, copied out of the probe run's mapping, which goes with the
-    # regions' tensors in it (a big output's rewritten copy stayed resident through the end)
-    probe_results = _owned(probe_results, [*(o.name for o in model.graph.output), *discrete.exposed(decisions)])
+    # regions' tensors in it (a big output's rewritten copy stayed resident through the end); the
+    # big outputs to a temporary file, let go of after each comparison (graphfix.verify.spill)
+    probe_results = spill.spilled(probe_results, [*(o.name for o in model.graph.output), *discrete.exposed(decisions)])
     baseline = compare_mod.select_outputs(probe_results, [o.name for o in model.graph.output])
     live = [e for e in log.edits if not e.undone]
     if not live:
@@ -98,6 +98,7 @@ def verify_regions(model, graph, log, settings, report, feeds, counter, source, 
         report.discrete = discrete.judge(decisions, depends, compare_mod.iterations(probe_results), compare_mod.iterations(final))
         final = compare_mod.select_outputs(final, [o.name for o in model.graph.output])
     diffs = end_to_end(model, baseline, final, settings, feeds, counter, report)
+    spill.release(baseline)  # read again only after an undo under the users' settings
     report.final = {k: d.as_dict() for k, d in diffs.items()}
     if not all(d.passed for d in diffs.values()):
         return baseline, None, True, None
@@ -107,14 +108,6 @@ def verify_regions(model, graph, log, settings, report, feeds, counter, source, 
         return baseline, final, False, parts
     del final  # not read again: the runs under the users' settings take its place (a big output's run goes)
     return _users_settings(model, graph, log, regs, entries, parts, settings, report, feeds, counter, baseline, reference, step)
-
-
-def _owned(results, names: list[str]):
-    """These tensors of a run as arrays of their own: the run's arrays are views of one mapping of
-    the worker's answer, which lives while any of them does."""
-    return RunResults([(runner, [compare_mod.iteration_result({k: np.array(it[k]) for k in names if k in it},
-                                                              it.runtime, it.runner_name) for it in its])
-                       for runner, its in results])
 
 
 def _users_reference(model, settings: Settings, report: Report, feeds, counter, step):
