@@ -233,7 +233,7 @@ def fix(
             max_memory=options.parse_memory(max_memory),
             base_dir=None if source is None else str(Path(source).resolve().parent),
         )
-        with runtime_worker.time_budget(timeout):
+        with runtime_worker.time_budget(timeout), runtime_worker.memory_budget(settings.max_memory):
             outcome = run_mod.run(model, settings, source, None if output is None else str(output), progress, checks)
     except BaseException as exc:
         if isinstance(exc, OnnxruntimeDied):
