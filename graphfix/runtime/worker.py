@@ -538,7 +538,7 @@ def _data_limit(budget: int | None) -> Iterator[None]:
         yield
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    limit = now + budget if hard == resource.RLIM_INFINITY else min(hard, now + budget)
+    limit = min([now + budget, *(v for v in (soft, hard) if v != resource.RLIM_INFINITY)])  # never above the user's own
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
     try:
         yield

@@ -46,8 +46,23 @@ def spilled(results: RunResults, names: list[str] | None = None) -> RunResults:
                     layout.append((id(it[name]), end))
                     end += it[name].nbytes
     offsets = dict(layout)
-    mm = None
-    if end:
+    mm = _written(results, offsets, end) if end else None
+    if mm is None:
+        offsets = {}  # no file to be had (TMPDIR full or read-only): copies in memory, as before
+
+    def own(value: object) -> object:
+        if id(value) in offsets:
+            return np.ndarray(value.shape, value.dtype, buffer=mm, offset=offsets[id(value)])
+        return np.array(value) if isinstance(value, np.ndarray) else value
+
+    return RunResults([(runner, [iteration_result({k: own(it[k]) for k in (it if names is None else names) if k in it},
+                                                  it.runtime, it.runner_name) for it in its]) for runner, its in results])
+
+
+def _written(results: RunResults, offsets: dict[int, int], end: int) -> mmap.mmap | None:
+    """The arrays at ``offsets`` written to an unlinked temporary file, mapped copy-on-write (the
+    mapping keeps the file); None where the file cannot be written."""
+    try:
         with tempfile.TemporaryFile(prefix="graphfix-outputs-") as f:
             for _, its in results:
                 for it in its:
@@ -57,15 +72,9 @@ def spilled(results: RunResults, names: list[str] | None = None) -> RunResults:
                             f.write(np.ascontiguousarray(value).reshape(-1).view(np.uint8))
             f.flush()
             f.truncate(end)
-            mm = mmap.mmap(f.fileno(), end, access=mmap.ACCESS_COPY)  # the mapping keeps the file
-
-    def own(value: object) -> object:
-        if id(value) in offsets:
-            return np.ndarray(value.shape, value.dtype, buffer=mm, offset=offsets[id(value)])
-        return np.array(value) if isinstance(value, np.ndarray) else value
-
-    return RunResults([(runner, [iteration_result({k: own(it[k]) for k in (it if names is None else names) if k in it},
-                                                  it.runtime, it.runner_name) for it in its]) for runner, its in results])
+            return mmap.mmap(f.fileno(), end, access=mmap.ACCESS_COPY)
+    except OSError:
+        return None
 
 
 def release(results: RunResults | None) -> None:
