@@ -57,7 +57,7 @@ __all__ = ["OnnxruntimeDied", "Pending", "RemoteSession", "RuntimeFailure", "che
 
 import numpy as np
 
-from graphfix.errors import GraphfixError, OnnxruntimeDied
+from graphfix.errors import GraphfixError, OnnxruntimeDied, OverMemoryBudget
 from graphfix.onnxio import infer as infer_mod
 from graphfix.onnxio import validate
 from graphfix.settings.checks import memory_text
@@ -123,9 +123,9 @@ def memory_budget(max_bytes: int | None) -> Iterator[None]:
         _MEMORY.reset(token)
 
 
-def over_budget(what: str, max_bytes: int) -> OnnxruntimeDied:
+def over_budget(what: str, max_bytes: int) -> OverMemoryBudget:
     """The one line a run that outgrew the memory budget ends with."""
-    return OnnxruntimeDied(f"onnxruntime needed more than the memory budget of {memory_text(max_bytes)} {what}; "
+    return OverMemoryBudget(f"onnxruntime needed more than the memory budget of {memory_text(max_bytes)} {what}; "
                            "--max-memory SIZE raises it, --input-shapes sets smaller shapes")
 
 

@@ -84,6 +84,22 @@ def blow_up(k: int) -> onnx.ModelProto:
     return rewritten(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
 
 
+def squared_blow_up(k: int) -> onnx.ModelProto:
+    """``x`` [1, L] -> L^2 * k zeros (ConstantOfShape), summed and added to x's sum: the count goes
+    through Pow, which onnx's data propagation does not follow, so no estimate sizes it."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["s"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Pow", ["f", "two_f"], ["f2"]), helper.make_node("Cast", ["f2"], ["n"], to=TensorProto.INT64),
+             helper.make_node("Slice", ["n", "one", "two"], ["n1"]), helper.make_node("Mul", ["n1", "k"], ["t"]),
+             helper.make_node("ConstantOfShape", ["t"], ["big"]), helper.make_node("ReduceSum", ["big"], ["a"], keepdims=0),
+             helper.make_node("ReduceSum", ["x"], ["b"], keepdims=0), helper.make_node("Add", ["a", "b"], ["y"])]
+    consts = {"k": np.array([k], np.int64), "one": np.array([1], np.int64), "two": np.array([2], np.int64),
+              "two_f": np.array(2.0, np.float32)}
+    g = helper.make_graph(nodes, "squared_blow_up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "L"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+                          [numpy_helper.from_array(v, name) for name, v in consts.items()])
+    return rewritten(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
 def _save(m: onnx.ModelProto, path: Path) -> str:
     onnx.save(m, str(path))
     return str(path)
@@ -160,6 +176,16 @@ def test_a_blow_up_no_estimate_sizes_is_stopped_by_the_memory_budget(tmp_path):
     assert "--max-memory" in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blow_up.onnx"]
     assert graphfix_run().returncode == 0
+
+
+def test_a_candidate_shape_over_the_memory_budget_gives_way_to_the_next(tmp_path):
+    """The shape search's lengths 16..128 make 64 MB to 4 GB of zeros that no estimate sees: each
+    run stops at the budget in the worker and the search goes on to the ladder's 1 and 2 (before,
+    it ran 64 MB and 256 MB at 16 and 32, over a 32M budget)."""
+    src = _save(squared_blow_up(1 << 16), tmp_path / "squared.onnx")
+    result = graphfix.fix(src, passes="fold-clip", max_memory="32M")
+    assert result.report.shapes["shapes"] == [{"x": [1, 1]}, {"x": [1, 2]}] and result.report.shapes["tried"] == 6
+    assert [p.name for p in result.report.passes if p.rewritten] == ["fold-clip"]
 
 
 @pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
