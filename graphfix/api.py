@@ -166,7 +166,8 @@ def fix(
     (``graphfix[simplify]``), verified and rolled back like a pass. ``convert_opset``: convert the
     model to that default-domain opset first with onnx.version_converter (what `graphfix check`
     advises for an opset older than a release supports), verified and rolled back like a pass. ``max_memory`` (bytes, or
-    ``"4G"``): candidate verification shapes whose run is estimated above it are not tried.
+    ``"4G"``): candidate verification shapes whose run is estimated above it are not tried, and a
+    run that grows onnxruntime's worker by more raises :class:`~graphfix.errors.OnnxruntimeDied`.
     ``requantize_symmetric`` / ``dequantize_dynamic``: the opt-in rewrites that change results
     (asymmetric Q/DQ made symmetric INT8; dynamic quantization made float), never run otherwise,
     each kept only within its documented bound, its deviation per output in the report
@@ -233,7 +234,7 @@ def fix(
             max_memory=options.parse_memory(max_memory),
             base_dir=None if source is None else str(Path(source).resolve().parent),
         )
-        with runtime_worker.time_budget(timeout):
+        with runtime_worker.time_budget(timeout), runtime_worker.memory_budget(settings.max_memory):
             outcome = run_mod.run(model, settings, source, None if output is None else str(output), progress, checks)
     except BaseException as exc:
         if isinstance(exc, OnnxruntimeDied):

@@ -47,6 +47,11 @@ class OnnxruntimeDied(BaseException):  # noqa: N818 - like KeyboardInterrupt, it
         return f"{where}{self.what}; --no-verify skips verification"
 
 
+class OverMemoryBudget(OnnxruntimeDied):
+    """An onnxruntime run in the worker needed more than ``--max-memory`` (its allocation failed
+    there): the run ends like a crash, except in the shape search, where that candidate is not used."""
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0].strip()

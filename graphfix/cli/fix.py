@@ -95,8 +95,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--val-range", action="append", metavar="NAME:[LO,HI]", help="value range of an input (e.g. indices)")
     v.add_argument("--load-inputs", metavar="FILE", help="inputs from .npz or polygraphy JSON (polygraphy run --save-inputs)")
     v.add_argument("--max-memory", metavar="SIZE", default="4G",
-                   help="verification shapes are searched for only where one onnxruntime run is estimated below this "
-                        "(bytes, or K/M/G: 4G, the default, 512M); the report says which budget chose the shapes")
+                   help="verification shapes are searched for only where one onnxruntime run is estimated below this, "
+                        "and a run that needs more stops graphfix (bytes, or K/M/G: 4G, the default, 512M); the report "
+                        "says which budget chose the shapes")
     v.add_argument("--timeout", type=float, metavar="SECONDS",
                    help=f"stop onnxruntime when one step (making a session, one run) takes longer than this "
                         f"(default {runtime_worker.DEFAULT_TIMEOUT:g}, at most {runtime_worker.MAX_TIMEOUT:g}); "

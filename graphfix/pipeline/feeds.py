@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from graphfix.errors import GraphfixError, first_line
+from graphfix.errors import GraphfixError, OverMemoryBudget, first_line
 from graphfix.pipeline.settings import Settings
 from graphfix.report.model import Report
 from graphfix.verify import inputs as inputs_mod
@@ -98,6 +98,10 @@ def _feeds(model: onnx.ModelProto, settings: Settings, report: Report, source: s
             if settings.input_shapes:
                 return None  # the user's shapes: used as given
             return sessions.unusable(first, attempt(feed), [o.name for o in model.graph.output])
+        except OverMemoryBudget as exc:  # more than the estimate said: the next candidate may fit
+            if settings.input_shapes:
+                raise
+            return exc.what
         except GraphfixError:
             raise
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are many types

@@ -7,9 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
 import onnx
-from polygraphy.comparator import RunResults
 
 from graphfix.analysis import discrete
 from graphfix.errors import GraphfixError, first_line
@@ -25,6 +23,7 @@ from graphfix.verify import compare as compare_mod
 from graphfix.verify import precision as precision_mod
 from graphfix.verify import regions as regions_mod
 from graphfix.verify import sessions as sessions_mod
+from graphfix.verify import spill
 
 
 def verify_regions(model, graph, log, settings, report, feeds, counter, source, decided=([], {}), step=lambda what: None):
@@ -76,8 +75,9 @@ def verify_regions(model, graph, log, settings, report, feeds, counter, source, 
         if rec.verdict == UNVERIFIED:
             rec.verdict = ROLLED_BACK if rec.rolled_back_nodes >= rec.rewritten else KEPT
     # what is read after the regions, copied out of the probe run's mapping, which goes with the
-    # regions' tensors in it (a big output's rewritten copy stayed resident through the end)
-    probe_results = _owned(probe_results, [*(o.name for o in model.graph.output), *discrete.exposed(decisions)])
+    # regions' tensors in it (a big output's rewritten copy stayed resident through the end); the
+    # big outputs to a temporary file, let go of after each comparison (graphfix.verify.spill)
+    probe_results = spill.spilled(probe_results, [*(o.name for o in model.graph.output), *discrete.exposed(decisions)])
     baseline = compare_mod.select_outputs(probe_results, [o.name for o in model.graph.output])
     live = [e for e in log.edits if not e.undone]
     if not live:
@@ -98,6 +98,7 @@ def verify_regions(model, graph, log, settings, report, feeds, counter, source, 
         report.discrete = discrete.judge(decisions, depends, compare_mod.iterations(probe_results), compare_mod.iterations(final))
         final = compare_mod.select_outputs(final, [o.name for o in model.graph.output])
     diffs = end_to_end(model, baseline, final, settings, feeds, counter, report)
+    spill.release(baseline)  # read again only after an undo under the users' settings
     report.final = {k: d.as_dict() for k, d in diffs.items()}
     if not all(d.passed for d in diffs.values()):
         return baseline, None, True, None
@@ -107,14 +108,6 @@ def verify_regions(model, graph, log, settings, report, feeds, counter, source, 
         return baseline, final, False, parts
     del final  # not read again: the runs under the users' settings take its place (a big output's run goes)
     return _users_settings(model, graph, log, regs, entries, parts, settings, report, feeds, counter, baseline, reference, step)
-
-
-def _owned(results, names: list[str]):
-    """These tensors of a run as arrays of their own: the run's arrays are views of one mapping of
-    the worker's answer, which lives while any of them does."""
-    return RunResults([(runner, [compare_mod.iteration_result({k: np.array(it[k]) for k in names if k in it},
-                                                              it.runtime, it.runner_name) for it in its])
-                       for runner, its in results])
 
 
 def _users_reference(model, settings: Settings, report: Report, feeds, counter, step):
@@ -149,6 +142,7 @@ def _users_settings(model, graph, log, regs, entries, parts, settings: Settings,
     settings: the reference outputs written for polygraphy come from the configuration it runs
     (``reference``: the original's run there, :func:`_users_reference`)."""
     diffs, results = users_diffs(model, reference, parts, settings, report, feeds, counter)
+    spill.release(reference)  # read again only after an undo
     report.users = {"settings": sessions_mod.USERS_SETTINGS, "outputs": {k: d.as_dict() for k, d in diffs.items()}}
     if all(d.passed for d in diffs.values()):
         return reference, results, False, parts
@@ -257,7 +251,9 @@ def _undo_under_users_settings(model, regs, entries, settings: Settings, report:
 def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, start, step, before=None) -> Outcome:
     """Whole-pass checking (debugging, fallback): one session for the input plus one per changed
     pass, and as many again under the settings users run (a pass kept only when it agrees under
-    both: see _users_settings)."""
+    both: see _users_settings). The runs kept from one pass to the next wait in a spill file
+    (graphfix.verify.spill), let go of after each comparison: a big output's runs, four of them
+    held at once, were 4.1 times the output in graphfix's process."""
     if not report.verification:
         report.verification = "pass by pass (--verify-each)"
     state: dict[str, Any] = {"results": None, "users": None}
@@ -268,7 +264,9 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
         if state["users"] is None:
             state["users_ref"] = compare_mod.first_iterations(sessions_mod.switched_run(model, state["feeds"], counter, settings.base_dir),
                                                          len(state["feeds"]))
-        diffs, state["users"] = users_diffs(model, state["users_ref"], candidate, settings, report, state["feeds"], counter)
+        diffs, users = users_diffs(model, state["users_ref"], candidate, settings, report, state["feeds"], counter)
+        state["users"] = None if users is None else spill.spilled(users)
+        spill.release(state["users_ref"])
         report.users = {"settings": sessions_mod.USERS_SETTINGS, "outputs": {k: d.as_dict() for k, d in diffs.items()}}
         bad = [f"{k} (max abs {d.max_abs:.3g}{'; ' + d.note if d.note else ''})" for k, d in diffs.items() if not d.passed]
         return f"differs only under {sessions_mod.USERS_SETTINGS}: {', '.join(bad)}" if bad else ""
@@ -280,7 +278,8 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
             step("original model on onnxruntime")
             state["full_check"] = passes_full_check(model)
             state["feeds"] = feeds.get()
-            state["baseline"] = state["results"] = sessions_mod.run(model, state["feeds"], "original", counter, settings.base_dir)
+            state["baseline"] = state["results"] = spill.spilled(sessions_mod.run(model, state["feeds"], "original", counter,
+                                                                                 settings.base_dir))
         return state["baseline"]
 
     def check(record: PassRecord, edits) -> None:
@@ -297,6 +296,8 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
                 reason = f"onnxruntime cannot run the rewritten model ({first_line(exc)})"
         if results is not None:
             diffs = end_to_end(model, baseline, results, settings, feeds_now, counter, report)
+            spill.release(baseline)
+            results = spill.spilled(results)
             record.outputs = {k: d.as_dict() for k, d in diffs.items()}
             bad = [k for k, d in diffs.items() if not d.passed]
             if bad:
@@ -321,6 +322,8 @@ def _verify_each(model, graph, chosen, settings, report, feeds, counter, log, st
         baseline = reference()
         state["results"] = sessions_mod.run(fixed, state["feeds"], "graphfix-fixed", counter, settings.base_dir)
         diffs = end_to_end(model, baseline, state["results"], settings, state["feeds"], counter, report)
+        spill.release(baseline)
+        state["results"] = spill.spilled(state["results"])
         report.final = {k: d.as_dict() for k, d in diffs.items()}
         if users and state["users"] is not None:
             users_check(fixed)

@@ -17,7 +17,11 @@ search, the noise floor and ``--simplify`` open lives in one worker process:
 * tensors cross the boundary through anonymous shared memory (``memfd_create``), passed as file
   descriptors: feeds, outputs and a model's big inline weights are copied once, into the shared
   pages, and the other side maps them (onnxruntime reads the weights in place, as OrtValues over
-  the mapping). External data is read by onnxruntime from the model's folder, as before.
+  the mapping). External data is read by onnxruntime from the model's folder, as before;
+* a run may grow the worker's data by the memory budget (:func:`memory_budget`, ``--max-memory``)
+  and no more (``RLIMIT_DATA``, set around each run): a blow-up the estimate could not size (an
+  Expand to a shape computed from ``Shape(x) * K``) fails onnxruntime's allocation, and the run ends
+  in one line naming the budget, before the machine runs out of memory.
 
 The worker starts on the first session (``graphfix.fix`` starts it while it loads the model)
 and serves every later one (starting it costs an onnxruntime import, ~0.3 s); one that died or
@@ -34,6 +38,7 @@ import math
 import mmap
 import os
 import pickle
+import resource
 import select
 import signal
 import socket
@@ -48,13 +53,14 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["OnnxruntimeDied", "Pending", "RemoteSession", "RuntimeFailure", "check_and_infer", "checked_and_inferred", "describing",
-           "open_session", "simplify", "time_budget"]
+           "memory_budget", "open_session", "simplify", "time_budget"]
 
 import numpy as np
 
-from graphfix.errors import GraphfixError, OnnxruntimeDied
+from graphfix.errors import GraphfixError, OnnxruntimeDied, OverMemoryBudget
 from graphfix.onnxio import infer as infer_mod
 from graphfix.onnxio import validate
+from graphfix.settings.checks import memory_text
 
 #: Seconds one onnxruntime step (making a session, one run on one input set, onnxsim's whole
 #: simplification) may take before graphfix stops it: 30 times the slowest step measured on the
@@ -65,6 +71,7 @@ MAX_TIMEOUT = 86400.0
 
 _BUDGET: contextvars.ContextVar[float] = contextvars.ContextVar("graphfix_runtime_budget", default=DEFAULT_TIMEOUT)
 _LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("graphfix_runtime_label", default="the model")
+_MEMORY: contextvars.ContextVar[int | None] = contextvars.ContextVar("graphfix_runtime_memory", default=None)
 _ALIGN = 64
 _HEADER = struct.Struct("!Q")
 _MAX_FDS = 4
@@ -104,6 +111,22 @@ def time_budget(seconds: float | None) -> Iterator[None]:
         yield
     finally:
         _BUDGET.reset(token)
+
+
+@contextlib.contextmanager
+def memory_budget(max_bytes: int | None) -> Iterator[None]:
+    """Inside: each onnxruntime run may grow the worker's data by ``max_bytes`` (None: no bound)."""
+    token = _MEMORY.set(max_bytes)
+    try:
+        yield
+    finally:
+        _MEMORY.reset(token)
+
+
+def over_budget(what: str, max_bytes: int) -> OverMemoryBudget:
+    """The one line a run that outgrew the memory budget ends with."""
+    return OverMemoryBudget(f"onnxruntime needed more than the memory budget of {memory_text(max_bytes)} {what}; "
+                           "--max-memory SIZE raises it, --input-shapes sets smaller shapes")
 
 
 # ---------------------------------------------------------------------------- messages
@@ -285,6 +308,8 @@ class _Worker:
             if "error" in reply:
                 for fd in got:
                     os.close(fd)
+                if reply.get("over_budget"):
+                    raise over_budget(what, reply["over_budget"])
                 raise RuntimeFailure(reply["error"])
             return reply, got
 
@@ -386,7 +411,8 @@ class RemoteSession:
             raise OnnxruntimeDied("onnxruntime's worker is gone (an earlier crash or interrupt)")
         fd, layout, inline = pack([(k, np.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in feed.items()])
         try:
-            reply, fds = self.worker.request({"op": "run", "id": self.sid, "names": names, "layout": layout, "inline": inline},
+            reply, fds = self.worker.request({"op": "run", "id": self.sid, "names": names, "layout": layout, "inline": inline,
+                                              "memory": _MEMORY.get()},
                                              [] if fd is None else [fd], f"running {self.label}")
         finally:
             if fd is not None:
@@ -494,6 +520,38 @@ def _map_bytes(fd: int) -> bytes:
         os.close(fd)
 
 
+def _data_bytes() -> int | None:
+    """The worker's data segment now (VmData: what ``RLIMIT_DATA`` bounds), None where unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmData:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def _data_limit(budget: int | None) -> Iterator[None]:
+    """Inside: the data segment may grow by ``budget`` bytes (the weights and sessions already
+    mapped do not count); an allocation beyond fails, in onnxruntime as in numpy."""
+    now = _data_bytes() if budget is not None else None
+    if now is None:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    limit = min([now + budget, *(v for v in (soft, hard) if v != resource.RLIM_INFINITY)])  # never above the user's own
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
+def _allocation_failed(exc: Exception) -> bool:
+    """onnxruntime's (or numpy's) way of saying an allocation failed."""
+    text = str(exc)
+    return isinstance(exc, MemoryError) or any(s in text for s in ("Failed to allocate memory", "bad_alloc", "bad allocation"))
+
+
 class _Server:
     def __init__(self) -> None:
         self._ort: Any = None
@@ -533,8 +591,15 @@ class _Server:
         made = self.sessions[msg["id"]][0]
         feed = unpack(fds[0] if fds else None, msg["layout"], msg["inline"])
         names = msg["names"] or [o.name for o in made.get_outputs()]
+        budget = msg.get("memory")
         start = time.perf_counter()
-        outputs = made.run(names, feed)
+        try:
+            with _data_limit(budget):
+                outputs = made.run(names, feed)
+        except Exception as exc:
+            if budget is not None and _allocation_failed(exc):
+                return {"error": str(exc).strip(), "over_budget": budget}, []
+            raise
         runtime = time.perf_counter() - start
         del feed
         fd, layout, inline = pack(list(zip(names, outputs, strict=True)))

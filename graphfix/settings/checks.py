@@ -60,6 +60,14 @@ def parse_memory(value: str | int) -> int:
     return int(number * _UNITS[unit])
 
 
+def memory_text(n: int) -> str:
+    """Bytes as people read them (``1.5 GiB``, ``64.0 MiB``): what a budget message says."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
 # ------------------------------------------------------------------ the API's argument types
 def _path(v: Any) -> bool:
     return isinstance(v, str | os.PathLike)

@@ -23,9 +23,10 @@ def first_iterations(results: RunResults, n: int) -> RunResults:
     return out
 
 
-#: Elements compared at a time: a chunk's float64 temporaries take a few times 8 MB whatever the
-#: output's size (compared whole, a 200 MB float32 output made 2.5 GB of them in graphfix's process).
-CHUNK_ELEMENTS = 1 << 20
+#: Elements compared at a time: a chunk's float64 temporaries take a few times 2 MB whatever the
+#: output's size (compared whole, a 200 MB float32 output made 2.5 GB of them in graphfix's process;
+#: 2^20 elements a chunk, 58 MB; 2^18, 15 MB, no slower: bench/compare_memory.py).
+CHUNK_ELEMENTS = 1 << 18
 
 
 def chunks(*arrays: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:

@@ -22,6 +22,7 @@ from graphfix.onnxio.ir import runtime_compatible
 from graphfix.onnxio.proto import Assembled, all_nodes
 from graphfix.runtime import session as session_mod
 from graphfix.runtime import worker as runtime_worker
+from graphfix.verify import spill
 from graphfix.verify.compare import (
     DEFAULT_TOLERANCE,
     finite_max_abs,
@@ -89,9 +90,12 @@ def run(model: onnx.ModelProto | Assembled, feeds: Feeds, name: str, counter: Se
     return results
 
 
-def _compare_run(parts: Assembled, feeds: Feeds, name: str, counter: SessionCounter | None, base_dir, tuned: bool) -> RunResults:
+def _compare_run(parts: Assembled, feeds: Feeds, name: str, counter: SessionCounter | None, base_dir, tuned: bool,
+                 kept: bool = False) -> RunResults:
     """One session (in graphfix's onnxruntime worker, graphfix.runtime.worker), run on every feed,
-    as polygraphy's RunResults (what ``polygraphy run --load-outputs`` reads)."""
+    as polygraphy's RunResults (what ``polygraphy run --load-outputs`` reads). ``kept``: a run kept
+    for later, each feed's outputs spilled (graphfix.verify.spill) as they come, so one feed's
+    shared memory at most is alive at once."""
 
     if counter is not None:
         counter.count += 1
@@ -101,8 +105,9 @@ def _compare_run(parts: Assembled, feeds: Feeds, name: str, counter: SessionCoun
         its = []
         with quiet_polygraphy():
             for feed in feeds:
-                outputs = made.run_named(feed)
-                its.append(iteration_result(outputs, made.last_runtime, name))
+                it = iteration_result(made.run_named(feed), made.last_runtime, name)
+                its.append(spill.spilled(RunResults([(name, [it])]))[0][1][0] if kept else it)
+                del it
     finally:
         made.close()
     reraise_swallowed_signal()
@@ -287,8 +292,9 @@ def switched_run(model: onnx.ModelProto, feeds: Feeds, counter: SessionCounter, 
     cached = counter.switched
     if cached is not None and cached[0] is model and cached[1] is feeds:
         return cached[2]
+    # kept for the run (the nudged half read only for a noise floor): big outputs wait in a file
     results = _compare_run(Assembled.of(model).compatible(), [*feeds, *nudged_feeds(feeds)], "graphfix-original", counter,
-                           base_dir, not counter.tuned)
+                           base_dir, not counter.tuned, kept=True)
     counter.switched = (model, feeds, results)
     return results
 
@@ -322,6 +328,7 @@ def noise_floor(model: onnx.ModelProto, feeds: Feeds, baseline: RunResults, coun
             if ref.dtype.kind == "f" and name in runs[k]:
                 moved = max(finite_max_abs(ref, np.asarray(runs[k][name])), finite_max_abs(ref, np.asarray(runs[n + k][name])))
                 floor[name] = max(floor.get(name, 0.0), moved)
+    spill.release(results)
     return floor
 
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 import onnx
 
 from graphfix.errors import GraphfixError
+from graphfix.settings.checks import memory_text
 from graphfix.verify import graph_dims
 
 #: Values tried for every free symbol, in order (multiples of 2, 3 and 7 for cells and windows).
@@ -657,8 +658,8 @@ class _Search:
         costs = [self.budget.cost(p) for p in picked]
         if all(c is not None for c in costs):
             worst = max(costs, key=lambda c: c.memory)
-            reason += (f"; within the budget: an estimated {_bytes(worst.memory)} of --max-memory "
-                       f"{_bytes(self.budget.max_memory)} and {worst.work:.2g} of {self.budget.max_work:.2g} multiply-adds a run")
+            reason += (f"; within the budget: an estimated {memory_text(worst.memory)} of --max-memory "
+                       f"{memory_text(self.budget.max_memory)} and {worst.work:.2g} of {self.budget.max_work:.2g} multiply-adds a run")
         if self.over:
             reason += f" ({len(self.over)} larger candidate(s) not run, over it: {self.over[0]})"
         return Choice(picked, reason, self.tried, reading.guessed(picked, how, solved[0] if solved else None))
@@ -782,7 +783,7 @@ class Budget:
         if c is None:
             return None
         if c.memory > self.max_memory:
-            return f"an estimated {_bytes(c.memory)} is over the memory budget of {_bytes(self.max_memory)} (--max-memory)"
+            return f"an estimated {memory_text(c.memory)} is over the memory budget of {memory_text(self.max_memory)} (--max-memory)"
         if c.work > self.max_work:
             return f"an estimated {c.work:.2g} multiply-adds per run are over the time budget of {self.max_work:.2g}"
         return None
@@ -953,13 +954,6 @@ def _multiply_adds(node: onnx.NodeProto, dims) -> int:
     except IndexError:
         pass
     return 1
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 def upsampling(budget: Budget, dims: dict[str, list], role_of: dict[str, str]) -> dict[str, int]:

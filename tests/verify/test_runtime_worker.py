@@ -6,6 +6,7 @@ weights."""
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -73,6 +74,32 @@ def unrunnable() -> onnx.ModelProto:
     return rewritten(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
 
 
+def blow_up(k: int) -> onnx.ModelProto:
+    """``x`` [1] expanded to Shape(x) * k elements and summed: a scalar output, ``4 k`` bytes in
+    between that only a run finds out (no estimate is made for a model of static shapes)."""
+    g = helper.make_graph([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Mul", ["s", "k"], ["t"]),
+                           helper.make_node("Expand", ["x", "t"], ["big"]), helper.make_node("ReduceSum", ["big"], ["y"], keepdims=0)],
+                          "blow_up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], [numpy_helper.from_array(np.array([k], np.int64), "k")])
+    return rewritten(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def squared_blow_up(k: int) -> onnx.ModelProto:
+    """``x`` [1, L] -> L^2 * k zeros (ConstantOfShape), summed and added to x's sum: the count goes
+    through Pow, which onnx's data propagation does not follow, so no estimate sizes it."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["s"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Pow", ["f", "two_f"], ["f2"]), helper.make_node("Cast", ["f2"], ["n"], to=TensorProto.INT64),
+             helper.make_node("Slice", ["n", "one", "two"], ["n1"]), helper.make_node("Mul", ["n1", "k"], ["t"]),
+             helper.make_node("ConstantOfShape", ["t"], ["big"]), helper.make_node("ReduceSum", ["big"], ["a"], keepdims=0),
+             helper.make_node("ReduceSum", ["x"], ["b"], keepdims=0), helper.make_node("Add", ["a", "b"], ["y"])]
+    consts = {"k": np.array([k], np.int64), "one": np.array([1], np.int64), "two": np.array([2], np.int64),
+              "two_f": np.array(2.0, np.float32)}
+    g = helper.make_graph(nodes, "squared_blow_up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "L"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+                          [numpy_helper.from_array(v, name) for name, v in consts.items()])
+    return rewritten(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
 def _save(m: onnx.ModelProto, path: Path) -> str:
     onnx.save(m, str(path))
     return str(path)
@@ -126,6 +153,39 @@ def test_endless_onnxruntime_run_is_stopped_by_the_time_budget(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "did not finish" in lines[0] and "within 1 s" in lines[0] and "--timeout" in lines[0], proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["loop.onnx"]
+
+
+def test_a_blow_up_no_estimate_sizes_is_stopped_by_the_memory_budget(tmp_path):
+    """A 1 GiB Expand in a run with --max-memory 64M: onnxruntime's allocation fails in the worker
+    (its data may grow by the budget and no more) and the run ends in one line naming the budget;
+    under the default budget the same model runs (the test's own cap, 8 GiB of address space, is
+    the machine's safety net, not what stops it)."""
+    src = _save(blow_up(1 << 28), tmp_path / "blow_up.onnx")
+
+    def capped() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+    def graphfix_run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "graphfix", src, "out.onnx", "--quiet", *args], capture_output=True,
+                              text=True, cwd=tmp_path, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=capped)
+
+    proc = graphfix_run("--max-memory", "64M")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"graphfix: error: {src}: onnxruntime needed more than the memory budget of 64.0 MiB"), proc.stderr
+    assert "--max-memory" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blow_up.onnx"]
+    assert graphfix_run().returncode == 0
+
+
+def test_a_candidate_shape_over_the_memory_budget_gives_way_to_the_next(tmp_path):
+    """The shape search's lengths 16..128 make 64 MB to 4 GB of zeros that no estimate sees: each
+    run stops at the budget in the worker and the search goes on to the ladder's 1 and 2 (before,
+    it ran 64 MB and 256 MB at 16 and 32, over a 32M budget)."""
+    src = _save(squared_blow_up(1 << 16), tmp_path / "squared.onnx")
+    result = graphfix.fix(src, passes="fold-clip", max_memory="32M")
+    assert result.report.shapes["shapes"] == [{"x": [1, 1]}, {"x": [1, 2]}] and result.report.shapes["tried"] == 6
+    assert [p.name for p in result.report.passes if p.rewritten] == ["fold-clip"]
 
 
 @pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
