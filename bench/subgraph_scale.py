@@ -3,11 +3,16 @@ chain (every Clip's bound a Constant -> Cast that fold-clip folds) cut into segm
 ``--segment`` blocks, each segment nested three deep: an If on a graph input whose then-branch is a
 one-iteration Loop whose body holds an If whose then-branch is the segment (the else-branches pass
 the value through), its weights in the main graph (read from the outer scope, as an optimum merged
-decoder's are). Nearly every node is in a body and the number of bodies grows with the model.
+decoder's are) or, with ``--weights inner``, in the innermost branch (as tf2onnx writes a
+while_loop's). Nearly every node is in a body and the number of bodies grows with the model.
 
 Times ``graphfix.fix(path, passes="all", verify=False)`` (import, every pass in every body, the
-export) and ``graphfix.check`` in this process for each size, best of ``--repeat``; the last line
-is the ratio of the largest size's time to the smallest's (linear: the ratio of their node counts).
+export) and ``graphfix.check`` in this process for each size, best of ``--repeat``, and, apart,
+onnx's own shape inference of the model (``onnx.shape_inference.infer_shapes``, data propagation on,
+as graphfix's import runs it): onnx 1.23 copies the types of every name of the enclosing graphs into
+each body it infers, so with the weights in the main graph that step alone grows with bodies x outer
+names. The last line is the ratio of the largest size's times to the smallest's (linear: the ratio
+of their node counts).
 
     python bench/subgraph_scale.py                          # 10k and 40k nodes
     python bench/subgraph_scale.py --nodes 2000 8000 --profile prof.out   # cProfile of the last size
@@ -38,32 +43,35 @@ def _vi(name: str, dim: int) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, dim])
 
 
-def _segment(s: int, blocks: int, x: str, dim: int, weights: list[onnx.TensorProto], rng: np.random.Generator) -> onnx.GraphProto:
-    """The innermost then-branch: ``blocks`` MatMul -> Clip blocks from ``x`` (an outer name)."""
+def _segment(s: int, blocks: int, x: str, dim: int, weights: list[onnx.TensorProto], rng: np.random.Generator,
+             inner: bool) -> onnx.GraphProto:
+    """The innermost then-branch: ``blocks`` MatMul -> Clip blocks from ``x`` (an outer name), its
+    weights appended to ``weights`` or, ``inner``, its own."""
+    own: list[onnx.TensorProto] = []
     nodes = []
     for k in range(blocks):
         p, w = f"s{s}b{k}", f"w_s{s}b{k}"
-        weights.append(numpy_helper.from_array((rng.standard_normal((dim, dim)) / dim).astype(np.float32), w))
+        (own if inner else weights).append(numpy_helper.from_array((rng.standard_normal((dim, dim)) / dim).astype(np.float32), w))
         nodes += [helper.make_node("MatMul", [x, w], [f"{p}m"], name=f"/{p}/MatMul"),
                   helper.make_node("Constant", [], [f"{p}lo"], name=f"/{p}/lo", value=numpy_helper.from_array(np.array(-1.0, np.float64))),
                   helper.make_node("Cast", [f"{p}lo"], [f"{p}lof"], name=f"/{p}/Cast", to=TensorProto.FLOAT),
                   helper.make_node("Clip", [f"{p}m", f"{p}lof"], [f"{p}y"], name=f"/{p}/Clip")]
         x = f"{p}y"
-    return helper.make_graph(nodes, f"s{s}_then", [], [_vi(x, dim)])
+    return helper.make_graph(nodes, f"s{s}_then", [], [_vi(x, dim)], own)
 
 
 def _passthrough(name: str, x: str, out: str, dim: int) -> onnx.GraphProto:
     return helper.make_graph([helper.make_node("Identity", [x], [out], name=f"/{out}/Identity")], name, [], [_vi(out, dim)])
 
 
-def nested(nodes: int, segment: int, dim: int) -> onnx.ModelProto:
+def nested(nodes: int, segment: int, dim: int, inner: bool = False) -> onnx.ModelProto:
     """About ``nodes`` nodes in segments of ``segment`` blocks, each If -> Loop -> If deep."""
     rng = np.random.default_rng(0)
     weights: list[onnx.TensorProto] = [numpy_helper.from_array(np.array(1, np.int64), "one_trip")]
     top, x = [], "x"
     for s in range(max(1, nodes // (4 * segment + 5))):
         inner = helper.make_node("If", [COND], [f"s{s}_inner"], name=f"/s{s}/If_inner",
-                                 then_branch=_segment(s, segment, f"s{s}_carried", dim, weights, rng),
+                                 then_branch=_segment(s, segment, f"s{s}_carried", dim, weights, rng, inner),
                                  else_branch=_passthrough(f"s{s}_inner_else", f"s{s}_carried", f"s{s}_inner_else_y", dim))
         keep = helper.make_node("Identity", [f"s{s}_cond"], [f"s{s}_cond_out"], name=f"/s{s}/keep")
         body = helper.make_graph([keep, inner], f"s{s}_body",
@@ -84,9 +92,12 @@ def count(graph: onnx.GraphProto) -> int:
     return len(graph.node) + sum(count(a.g) for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH)
 
 
-def timed(path: Path, out: Path, repeat: int, profile: str | None) -> tuple[float, float]:
-    """Best (fix seconds, check seconds) of ``repeat`` runs."""
-    fixes, checks = [], []
+def timed(path: Path, out: Path, repeat: int, profile: str | None) -> tuple[float, float, float]:
+    """Best (fix seconds, check seconds, onnx inference seconds) of ``repeat`` runs."""
+    fixes, checks, infers = [], [], []
+    weightless = onnx.load(str(path), load_external_data=False)
+    for t in weightless.graph.initializer:
+        t.ClearField("raw_data")
     for k in range(repeat):
         profiler = cProfile.Profile() if profile and k == repeat - 1 else None
         start = time.perf_counter()
@@ -102,9 +113,12 @@ def timed(path: Path, out: Path, repeat: int, profile: str | None) -> tuple[floa
         check_model(result.model, "8.5")
         checks.append(time.perf_counter() - start)
         onnx.save(result.model, str(out))
+        start = time.perf_counter()
+        onnx.shape_inference.infer_shapes(weightless, data_prop=True)
+        infers.append(time.perf_counter() - start)
     if clips == 0:
         raise SystemExit(f"{path}: fold-clip rewrote nothing in the bodies")
-    return min(fixes), min(checks)
+    return min(fixes), min(checks), min(infers)
 
 
 def main(argv: list[str]) -> int:
@@ -115,25 +129,29 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--segment", type=int, default=10, help="MatMul -> Clip blocks per innermost branch")
     ap.add_argument("--dim", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--weights", choices=["outer", "inner"], default="outer",
+                    help="the segments' weights in the main graph (outer) or in the innermost branches")
     ap.add_argument("--profile", help="write a cProfile of the last size's last fix here")
     args = ap.parse_args(argv)
-    print("| nodes | in bodies | bodies | fix s | check s |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| weights | nodes | in bodies | bodies | fix s | check s | onnx inference s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for k, n in enumerate(args.nodes):
-            model = nested(n, args.segment, args.dim)
+            model = nested(n, args.segment, args.dim, args.weights == "inner")
             path = Path(tmp, f"nested{n}.onnx")
             onnx.save(model, str(path))
             total = count(model.graph)
             bodies = 5 * len(model.graph.node)  # per segment: two If branches, the Loop body, two If branches
             last = k == len(args.nodes) - 1
-            fix, check = timed(path, Path(tmp, "out.onnx"), args.repeat, args.profile if last else None)
-            results[n] = (total, fix, check)
-            print(f"| {total} | {total - len(model.graph.node)} | {bodies} | {fix:.2f} | {check:.2f} |", flush=True)
+            fix, check, infer = timed(path, Path(tmp, "out.onnx"), args.repeat, args.profile if last else None)
+            results[n] = (total, fix, check, infer)
+            print(f"| {args.weights} | {total} | {total - len(model.graph.node)} | {bodies} | {fix:.2f} | {check:.2f} | {infer:.2f} |",
+                  flush=True)
     if len(results) > 1:
-        (n0, f0, c0), (n1, f1, c1) = results[args.nodes[0]], results[args.nodes[-1]]
-        print(f"\n{n1} vs {n0} nodes (linear: {n1 / n0:.1f}): fix time ratio {f1 / f0:.2f}, check time ratio {c1 / c0:.2f}")
+        (n0, f0, c0, i0), (n1, f1, c1, i1) = results[args.nodes[0]], results[args.nodes[-1]]
+        print(f"\n{n1} vs {n0} nodes (linear: {n1 / n0:.1f}): fix time ratio {f1 / f0:.2f}, check {c1 / c0:.2f}, "
+              f"onnx inference alone {i1 / i0:.2f}")
     return 0
 
 
