@@ -6,7 +6,8 @@ the value through), its weights in the main graph (read from the outer scope, as
 decoder's are) or, with ``--weights inner``, in the innermost branch (as tf2onnx writes a
 while_loop's). Nearly every node is in a body and the number of bodies grows with the model.
 
-Times ``graphfix.fix(path, passes="all", verify=False)`` (import, every pass in every body, the
+Times (CPU seconds of this process: other jobs on a shared machine stretch wall time)
+``graphfix.fix(path, passes="all", verify=False)`` (import, every pass in every body, the
 export) and ``graphfix.check`` in this process for each size, best of ``--repeat``, and, apart,
 onnx's own shape inference of the model as graphfix's import runs it (on the weightless copy, small
 weights kept, data propagation on): onnx carries what the enclosing graphs define into each body
@@ -99,22 +100,22 @@ def timed(path: Path, out: Path, repeat: int, profile: str | None) -> tuple[floa
     work = weightless(onnx.load(str(path)))  # what graphfix's import infers: small weights kept
     for k in range(repeat):
         profiler = cProfile.Profile() if profile and k == repeat - 1 else None
-        start = time.perf_counter()
+        start = time.process_time()
         if profiler:
             profiler.enable()
         result = graphfix.fix(path, passes="all", verify=False)
         if profiler:
             profiler.disable()
             profiler.dump_stats(profile)
-        fixes.append(time.perf_counter() - start)
+        fixes.append(time.process_time() - start)
         clips = next(p.rewritten for p in result.report.passes if p.name == "fold-clip")
-        start = time.perf_counter()
+        start = time.process_time()
         check_model(result.model, "8.5")
-        checks.append(time.perf_counter() - start)
+        checks.append(time.process_time() - start)
         onnx.save(result.model, str(out))
-        start = time.perf_counter()
+        start = time.process_time()
         inferred(work)
-        infers.append(time.perf_counter() - start)
+        infers.append(time.process_time() - start)
     if clips == 0:
         raise SystemExit(f"{path}: fold-clip rewrote nothing in the bodies")
     return min(fixes), min(checks), min(infers)
@@ -132,7 +133,7 @@ def main(argv: list[str]) -> int:
                     help="the segments' weights in the main graph (outer) or in the innermost branches")
     ap.add_argument("--profile", help="write a cProfile of the last size's last fix here")
     args = ap.parse_args(argv)
-    print("| weights | nodes | in bodies | bodies | fix s | check s | onnx inference s |")
+    print("| weights | nodes | in bodies | bodies | fix CPU s | check CPU s | onnx inference CPU s |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
