@@ -7,13 +7,24 @@ process (the ``graphfix`` command as users run it, ``--passes all --no-verify``;
 under its own parent, which reports its one child's CPU time and peak; best of two runs).
 
     python bench/scale.py --blocks 2500 25000 --dim 64      # 10k and 100k nodes, ~41 / 410 MB
+
+``--baseline-rev REV`` (one or more git revisions) compares this tree's graphfix with each
+revision's, in the same run: each revision's ``graphfix/`` is extracted (``git archive``) into a
+temporary folder, and every tree runs as ``python -m graphfix`` with ``PYTHONPATH`` at it, from
+outside all of them; the runs are interleaved (load+save, this tree, each revision, then again)
+so that other jobs on the machine slow each about alike, best of ``--repeat``:
+
+    python bench/scale.py --blocks 25000 --baseline-rev 963afce^1   # before control flow was merged
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -44,30 +55,37 @@ def chain(blocks: int, dim: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+#: The command under its own parent, a child subreaper (PR_SET_CHILD_SUBREAPER): graphfix's worker
+#: process, orphaned when graphfix exits, is reaped there too, so RUSAGE_CHILDREN holds both
+#: processes' CPU time and the larger peak (RUSAGE_CHILDREN is a maximum over every child a
+#: process ever waited for, so a shared parent would mix the tools' peaks).
+_REPORTER = ("import ctypes, os, resource, subprocess, sys; ctypes.CDLL(None).prctl(36, 1); "
+             "subprocess.run(sys.argv[1:], check=True)\n"
+             "while True:\n    try: os.wait()\n    except ChildProcessError: break\n"
+             "r = resource.getrusage(resource.RUSAGE_CHILDREN); "
+             "print('PEAK', r.ru_maxrss, r.ru_utime + r.ru_stime, file=sys.stderr)")
+
+
+def once(argv: list[str], tree: Path | None = None, cwd: Path = ROOT) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, peak RSS in MB) of one run of ``argv`` under its own parent;
+    ``tree``: the checkout whose graphfix it imports (``PYTHONPATH``). CPU time (user + system of
+    the command and its children: graphfix and its worker process, which takes a big graph's
+    checks) is the fair figure on a shared machine: other jobs stretch the wall time of whichever
+    run they overlap."""
+    env = {**os.environ, "PYTHONPATH": str(tree)} if tree is not None else None
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", _REPORTER, *argv], cwd=cwd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr[-2000:])
+    rss, seconds = proc.stderr.split("PEAK")[-1].split()[:2]
+    return wall, float(seconds), float(rss) / 1024
+
+
 def run(argv: list[str], repeat: int = 2) -> tuple[float, float, float]:
-    """(best wall seconds, best CPU seconds, peak RSS in MB) of the command ``argv``, each run
-    under its own parent process that reports its children's CPU time (user + system: graphfix
-    and its worker process, which takes a big graph's checks) and their peak
-    (RUSAGE_CHILDREN is a maximum over every child a process ever waited for, so a shared parent
-    would mix the tools' peaks). CPU time is the fair figure on a shared machine: other jobs
-    stretch the wall time of whichever tool they overlap."""
-    # the reporter is a subreaper (PR_SET_CHILD_SUBREAPER): graphfix's worker process, orphaned when
-    # graphfix exits, is reaped by it, so its CPU time counts too
-    reporter = ("import ctypes, os, resource, subprocess, sys; ctypes.CDLL(None).prctl(36, 1); "
-                "subprocess.run(sys.argv[1:], check=True)\n"
-                "while True:\n    try: os.wait()\n    except ChildProcessError: break\n"
-                "r = resource.getrusage(resource.RUSAGE_CHILDREN); "
-                "print('PEAK', r.ru_maxrss, r.ru_utime + r.ru_stime, file=sys.stderr)")
-    best, cpu, peak = float("inf"), float("inf"), 0.0
-    for _ in range(repeat):
-        start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", reporter, *argv], cwd=ROOT, capture_output=True, text=True)
-        best = min(best, time.perf_counter() - start)
-        if proc.returncode != 0:
-            raise SystemExit(proc.stderr[-2000:])
-        rss, seconds = proc.stderr.split("PEAK")[-1].split()[:2]
-        peak, cpu = max(peak, float(rss) / 1024), min(cpu, float(seconds))
-    return best, cpu, peak
+    """(best wall seconds, best CPU seconds, peak RSS in MB) of ``repeat`` runs of ``argv``."""
+    runs = [once(argv) for _ in range(repeat)]
+    return min(r[0] for r in runs), min(r[1] for r in runs), max(r[2] for r in runs)
 
 
 def python(code: str) -> list[str]:
@@ -79,15 +97,57 @@ def graphfix(*args: str) -> list[str]:
     return [str(Path(sys.executable).with_name("graphfix")), *args]
 
 
+def checkout(rev: str, into: Path) -> Path:
+    """``rev``'s ``graphfix/`` package, extracted into ``into`` and byte-compiled (as installed)."""
+    archive = subprocess.run(["git", "archive", rev, "graphfix"], cwd=ROOT, capture_output=True, check=True).stdout
+    into.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(into / "graphfix")], check=True, capture_output=True)
+    return into
+
+
+def against_revisions(args: argparse.Namespace, folder: Path) -> None:
+    """This tree's ``python -m graphfix`` against each ``--baseline-rev``'s, interleaved, best of
+    ``--repeat`` (wall and CPU), with the ratios (this tree / revision)."""
+    revs = {rev: checkout(rev, folder / f"rev{k}") for k, rev in enumerate(args.baseline_rev)}
+    trees = {"this tree": ROOT, **revs}
+    print("| nodes | load+save s (CPU) | " + " | ".join(f"{name} s (CPU)" for name in trees) + " | "
+          + " | ".join(f"time / CPU ratio vs {rev}" for rev in revs) + " | "
+          + " | ".join(f"{name} peak MB" for name in trees) + " |")
+    print("|---:|---:|" + "---:|" * (2 * len(trees) + len(revs)))
+    for blocks in args.blocks:
+        src, dst = folder / "in.onnx", folder / "out.onnx"
+        once(python(f"import sys; sys.path.insert(0, 'bench'); import onnx, scale; onnx.save(scale.chain({blocks}, {args.dim}), {str(src)!r})"))
+        fix = [sys.executable, "-m", "graphfix", str(src), str(dst), "--passes", "all", "--no-verify", "--quiet"]
+        runs: dict[str, list[tuple[float, float, float]]] = {"load+save": [], **{name: [] for name in trees}}
+        for _ in range(args.repeat):
+            runs["load+save"].append(once(python(f"import onnx; m = onnx.load({str(src)!r}); onnx.save(m, {str(dst)!r})")))
+            for name, tree in trees.items():  # from the temporary folder: no tree shadows PYTHONPATH's
+                runs[name].append(once(fix, tree, cwd=folder))
+        best = {name: (min(r[0] for r in rs), min(r[1] for r in rs), max(r[2] for r in rs)) for name, rs in runs.items()}
+        here = best["this tree"]
+        cells = [f"{best[name][0]:.2f} ({best[name][1]:.2f})" for name in ["load+save", *trees]]
+        cells += [f"{here[0] / best[rev][0]:.3f} / {here[1] / best[rev][1]:.3f}" for rev in revs]
+        cells += [f"{best[name][2]:.0f}" for name in trees]
+        print(f"| {4 * blocks} | " + " | ".join(cells) + " |", flush=True)
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocks", type=int, nargs="+", default=[2500, 25000])
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=2, help="runs of each tool (best of them)")
+    ap.add_argument("--baseline-rev", nargs="+", default=[], metavar="REV",
+                    help="git revisions whose graphfix to time against this tree's, in the same run")
     args = ap.parse_args(argv)
     # byte-compiled as an installed graphfix is (pip compiles at install): with PYTHONDONTWRITEBYTECODE
     # set, an editable checkout would recompile its ~130 modules on every run (0.15 s)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "graphfix")], check=True, capture_output=True)
+    if args.baseline_rev:
+        with tempfile.TemporaryDirectory() as d:
+            against_revisions(args, Path(d))
+        return 0
     print("| nodes | MB | load+save s (CPU) | graphfix s (CPU) | time ratio | CPU ratio | load+save peak MB | graphfix peak MB | memory ratio |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     times = {}

@@ -182,25 +182,21 @@ def _export_reusing(graph: gs.Graph, template: onnx.ModelProto, protos: dict[int
     originals = {t.name: t for t in tg.initializer}
     initializers: list[onnx.TensorProto] = []
     written: set[str] = set()
-    def write(t: gs.Constant) -> None:
-        if t.name not in written:
-            written.add(t.name)
-            initializers.append(originals[t.name] if t.name in originals and _unchanged(t, originals[t.name])
-                                else _export_constant(t))
-
     scoped = _body_exporter(graph, originals)
     for n in graph.nodes:
         known = protos.get(id(n))
+        reads = n.inputs
         if known is not None and not known[2] and known[1] == fingerprint(n):
             g.node.append(known[0])
         elif scoped is not None and has_bodies(n):
-            for t in scoped.node_into(g.node.add(), n):
-                write(t)
+            reads = [*scoped.node_into(g.node.add(), n), *n.inputs]  # and the constants its bodies need here
         else:
             g.node.append(OnnxExporter.export_node(n))
-        for t in n.inputs:
+        for t in reads:  # no call per constant: this loop runs for every input of a 100k-node graph
             if isinstance(t, gs.Constant) and t.name not in written:
-                write(t)
+                written.add(t.name)
+                initializers.append(originals[t.name] if t.name in originals and _unchanged(t, originals[t.name])
+                                    else _export_constant(t))
     for t in [*graph.inputs, *graph.outputs]:  # IR < 4 lists initializers as inputs too; an output may be one
         if t.name in originals and t.name not in written:
             written.add(t.name)

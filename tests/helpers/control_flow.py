@@ -1,7 +1,9 @@
 """A model's graph moved into control flow, as exporters do: both branches of an If on a graph
-input (an optimum merged decoder, its weights shared by the main graph), or the body of a
-one-iteration Loop (a TF while_loop, its weights inside the body); and small models whose
-network is in control flow (a merged decoder, a voice-activity detector)."""
+input (an optimum merged decoder, its weights shared by the main graph), the body of a
+one-iteration Loop (a TF while_loop, its weights inside the body), the body of a Scan over its
+inputs (an ONNX function expanded to Scan: the body's inputs typed by the body), or all three
+nested; and small models whose network is in control flow (a merged decoder, a voice-activity
+detector)."""
 
 from __future__ import annotations
 
@@ -73,6 +75,33 @@ def wrapped_in_loop(model: onnx.ModelProto) -> onnx.ModelProto:
                             body=body)
     outputs = [helper.make_tensor_value_info(f"{o.name}.out", o.type.tensor_type.elem_type, None) for o in outs]
     return _model(model, [node], _weights_free_inputs(model), outputs, [trips, cond])
+
+
+#: What :func:`wrapped_in_scan` appends to each input's name: the outer sequence it scans.
+SCANNED = ".seq"
+
+
+def wrapped_in_scan(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model's graph as the body of a Scan over each of its inputs (``<name>.seq``, one leading
+    dim of 1): the body reads its inputs as body inputs, typed by the body's own declarations, its
+    weights inside the body; each output a scan output (one leading dim of 1)."""
+    outs, ins = list(model.graph.output), _weights_free_inputs(model)
+    body = _body(model.graph, "body", ins, [], outs, list(model.graph.initializer))
+    outer = []
+    for vi in ins:
+        t = vi.type.tensor_type
+        dims = [1, *[d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]]
+        outer.append(helper.make_tensor_value_info(f"{vi.name}{SCANNED}", t.elem_type, dims))
+    node = helper.make_node("Scan", [o.name for o in outer], [f"{o.name}.out" for o in outs], name="/wrap/Scan",
+                            body=body, num_scan_inputs=len(ins))
+    outputs = [helper.make_tensor_value_info(f"{o.name}.out", o.type.tensor_type.elem_type, None) for o in outs]
+    return _model(model, [node], outer, outputs, [])
+
+
+def wrapped_three_deep(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Both branches of an If, each a Scan over the inputs whose body is a one-iteration Loop
+    holding the model: every kind of body, nested."""
+    return wrapped_in_if(wrapped_in_scan(wrapped_in_loop(model)))
 
 
 def matches(model: onnx.ModelProto, pass_name: str, trt: str | None, bodies: bool) -> list[str]:
