@@ -231,7 +231,9 @@ class Pass:
         log = log if log is not None else EditLog()
         matched, rewritten, findings = 0, 0, []
         shared: dict = {"n": 0, "taken": None, "root": graph}
-        for g in list(all_graphs(graph)):
+        # Innermost bodies first: a rewrite that installs a copy of a body (if-inline, scan-normalize)
+        # then copies nodes already rewritten, not ones this pass would never visit.
+        for g in reversed(list(all_graphs(graph))):
             g.opset = graph.opset
             ctx = Context(g, Builder(g, self.name, shared), Folder(g), None if force else trt, force)
             typed = nodes_of(g, self.ops)
