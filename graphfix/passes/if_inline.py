@@ -17,8 +17,10 @@ Rewrite: the condition is folded (``ctx.folder`` folds Shape/Size of static dims
 branch is copied into the parent graph (its nested subgraphs included, outer-scope references
 kept, branch-local names kept unless they clash with a parent name, nested Ifs that fold
 inlined too) and its outputs become the If's outputs (an Identity where a branch returns an
-outer-scope tensor or the same tensor twice). A condition that does not fold is never matched:
-no rewrite can choose the branch.
+outer-scope tensor or the same tensor twice). The inlined ops then type what reads those outputs,
+so an If whose rank test reads them folds in the same run (TorchScript's GRU after an LSTMCell:
+its ``input.dim()`` reads the LSTMCell's output, untyped while the LSTMCell's Ifs were there). A
+condition that does not fold is never matched: no rewrite can choose the branch.
 """
 
 from __future__ import annotations
