@@ -20,6 +20,7 @@ import pytest
 
 from graphfix.check.findings import check_model
 from graphfix.onnxio.proto import all_nodes
+from tests.helpers.control_flow import strictly_inferred
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "fixtures" / "real" / "torchscript_rnn_cell_sr_switch.onnx"
@@ -75,6 +76,7 @@ def test_auto_folds_every_shape_decided_if_and_keeps_the_sample_rate_if(trt, tmp
     ranks = [[len(o.type.tensor_type.shape.dim) for o in a.g.output] for a in sr_if.attribute]
     assert ranks[0] == ranks[1] == [2, 2, 2]
     assert check_model(fixed, trt).findings == []
+    strictly_inferred(fixed)  # the typed branch outputs pass onnx's strict inference, as the input does
     for rate in RATES:
         for seed in (0, 1):
             feeds = _feeds(seed)
