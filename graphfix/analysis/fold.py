@@ -194,11 +194,23 @@ def _static_shape_value(node: gs.Node) -> np.ndarray | None:
     if shape is None:
         if node.op == "Shape":
             return _partial_shape_value(node)
-        return None
+        return _rank_of_shape(node)
     if node.op == "Size":
         return np.asarray(int(np.prod(shape)), dtype=np.int64)
     start, end = node.attrs.get("start", 0), node.attrs.get("end", None)
     return np.asarray(shape[start:end], dtype=np.int64)
+
+
+def _rank_of_shape(size: gs.Node) -> np.ndarray | None:
+    """Size(Shape(x)) is x's rank (of Shape's start/end window), known when x's dims are not
+    (TorchScript's ``input.dim()``), even where nothing typed Shape's own output."""
+    shape_of = size.inputs[0]
+    source = shape_of.inputs[0] if isinstance(shape_of, gs.Variable) and shape_of.inputs else None
+    if source is None or source.op != "Shape" or source.inputs[0].shape is None:
+        return None
+    rank = len(source.inputs[0].shape)
+    window = range(rank)[source.attrs.get("start", 0) : source.attrs.get("end", rank)]  # ONNX clamps as Python slices
+    return np.asarray(len(window), dtype=np.int64)
 
 
 def _partial_shape_value(node: gs.Node) -> np.ndarray | None:

@@ -44,8 +44,7 @@ class Edit:
             return
         _edited()
         for n in self.added:
-            n.inputs.clear()
-            n.outputs.clear()
+            _detach(n)
         gone = {id(n) for n in self.added}
         if gone:
             self.graph.nodes[:] = [n for n in self.graph.nodes if id(n) not in gone]
@@ -65,6 +64,20 @@ class Edit:
         node.attrs.update(attrs)
         _revive(self.graph, [node, *(producer for _, producer, _ in self.replaced)])
         self.undone = True
+
+
+def _detach(node: gs.Node) -> None:
+    """Disconnect an added node from the tensors it reads and writes, where they still list it:
+    a branch that if-inline copied into a body reads outer tensors whose consumer lists need not
+    name the copy, and onnx-graphsurgeon's own ``clear()`` raised ValueError on those (an undone
+    if-inline inside an If branch took the run down)."""
+    for ends, back in ((node.inputs, "outputs"), (node.outputs, "inputs")):
+        for t in list(ends):
+            listed = getattr(t, back)
+            at = next((i for i, n in enumerate(listed) if n is node), None)
+            if at is not None:
+                list.pop(listed, at)  # list's own: no synchronisation back into ``ends``
+        list.clear(ends)
 
 
 def _revive(graph: gs.Graph, restored: list[gs.Node]) -> None:

@@ -67,8 +67,9 @@ def infer_nodes(nodes: Iterable[gs.Node], opset: int) -> None:
             if tp is None:
                 break
             types[t.name] = tp
-            if isinstance(t, gs.Constant) and t.shape is not None and int(np.prod(t.shape)) <= _DATA_LIMIT:
-                data[t.name] = numpy_helper.from_array(np.asarray(t.values), t.name)
+            value = _small_constant(t)
+            if value is not None:
+                data[t.name] = numpy_helper.from_array(value, t.name)
         else:
             try:
                 outs = onnx.shape_inference.infer_node_outputs(
@@ -85,6 +86,19 @@ def infer_nodes(nodes: Iterable[gs.Node], opset: int) -> None:
                     o.dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
                 if o.shape is None and tt.HasField("shape"):
                     o.shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+
+
+def _small_constant(t: gs.Tensor) -> np.ndarray | None:
+    """The value of a small initializer or of a Constant node's output (the TorchScript exporter
+    gives Unsqueeze/Squeeze their axes that way), for inference that needs it; else None."""
+    if isinstance(t, gs.Constant):
+        value = t if t.shape is not None and int(np.prod(t.shape)) <= _DATA_LIMIT else None
+    else:
+        producer = t.inputs[0] if isinstance(t, gs.Variable) and t.inputs else None
+        value = producer.attrs.get("value") if producer is not None and producer.op == "Constant" else None
+        if not isinstance(value, gs.Constant) or value.shape is None or int(np.prod(value.shape)) > _DATA_LIMIT:
+            value = None
+    return None if value is None else np.asarray(value.values)
 
 
 #: Ops whose output has the first input's shape and type (ONNX's per-node inference also knows
@@ -123,6 +137,29 @@ def complete(graph: gs.Graph) -> int:
             infer_nodes([node], graph.opset)
             _own_rules(node)
             gained += sum((d and o.dtype is not None) or (s and o.shape is not None) for (d, s), o in zip(before, outs, strict=True))
+    return gained
+
+
+def propagate(tensors: Iterable[gs.Tensor], opset: int) -> list[gs.Node]:
+    """Type what reads ``tensors`` (their consumers, in nested bodies too, and on downstream) where
+    it has no type yet, after a rewrite gave them one: an If whose condition folded is inlined, and
+    the ops after it (TorchScript's next cell, whose own ``input.dim()`` test reads it) learn their
+    ranks. Only nodes with an untyped output are visited, each at most once per gain, so the cost is
+    the region that gains. Returns the nodes that gained something, in the order they did."""
+    gained: list[gs.Node] = []
+    todo = list(tensors)
+    while todo:
+        t = todo.pop()
+        for node in list(t.outputs):
+            outs = [o for o in node.outputs if o.name]
+            if not outs or all(o.dtype is not None and o.shape is not None for o in outs):
+                continue
+            before = [(o.dtype, None if o.shape is None else len(o.shape)) for o in outs]
+            infer_nodes([node], opset)
+            _own_rules(node)
+            if [(o.dtype, None if o.shape is None else len(o.shape)) for o in outs] != before:
+                gained.append(node)
+                todo.extend(outs)
     return gained
 
 
@@ -208,8 +245,9 @@ def _own_rules(node: gs.Node) -> None:
         dtype = next((t.dtype for t in ins if t is not None and t.dtype is not None), None)
     elif op in ("Squeeze", "Unsqueeze"):
         axes = node.attrs.get("axes")
-        if axes is None and len(ins) > 1 and isinstance(ins[1], gs.Constant):
-            axes = np.asarray(ins[1].values).reshape(-1).tolist()
+        value = _small_constant(ins[1]) if axes is None and len(ins) > 1 and ins[1] is not None else None
+        if value is not None:
+            axes = value.reshape(-1).tolist()
         if axes is not None and _rank(x) is not None:
             rank = _rank(x) - len(axes) if op == "Squeeze" else _rank(x) + len(axes)  # type: ignore[operator]
         dtype = x.dtype

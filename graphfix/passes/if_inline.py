@@ -17,8 +17,10 @@ Rewrite: the condition is folded (``ctx.folder`` folds Shape/Size of static dims
 branch is copied into the parent graph (its nested subgraphs included, outer-scope references
 kept, branch-local names kept unless they clash with a parent name, nested Ifs that fold
 inlined too) and its outputs become the If's outputs (an Identity where a branch returns an
-outer-scope tensor or the same tensor twice). A condition that does not fold is never matched:
-no rewrite can choose the branch.
+outer-scope tensor or the same tensor twice). The inlined ops then type what reads those outputs,
+so an If whose rank test reads them folds in the same run (TorchScript's GRU after an LSTMCell:
+its ``input.dim()`` reads the LSTMCell's output, untyped while the LSTMCell's Ifs were there). A
+condition that does not fold is never matched: no rewrite can choose the branch.
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from graphfix.analysis.fold import Folder
 from graphfix.graph import Builder, is_weights, replace_tensor
 from graphfix.graph.build import Skip
+from graphfix.graph.edits import live_nodes, nodes_of
 from graphfix.graph.importer import copy_body
+from graphfix.graph.infer import infer_nodes, propagate
 from graphfix.passes.base import LIMIT, MUST_BE_WEIGHTS, NO_IMPORTER, Context, Pass, Rule
 
 
@@ -87,17 +92,50 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     branch = node.attrs.get("then_branch" if taken else "else_branch")
     if not isinstance(branch, gs.Graph) or len(branch.outputs) != len(node.outputs):
         raise Skip("malformed If: the taken branch is missing or its output count differs from the node's")
-    _inline(node, branch, ctx)
+    pending = _undecided(ctx)
+    if _inline(node, branch, ctx):
+        _inline_decided(pending, ctx)
 
 
-def _inline(node: gs.Node, branch: gs.Graph, ctx: Context) -> None:
+def _undecided(ctx: Context) -> list[gs.Node]:
+    """The live Ifs of this graph the pass did not match when it started (their condition did not
+    fold), listed once per graph before its first rewrite."""
+    pending = ctx.options.get("if-inline:undecided")
+    if pending is None:
+        live = live_nodes(ctx.graph)
+        pending = ctx.options["if-inline:undecided"] = [
+            n for n in nodes_of(ctx.graph, PASS.ops) if id(n) in live and not PASS.match(n, ctx)]
+    return pending
+
+
+def _inline_decided(pending: list[gs.Node], ctx: Context) -> None:
+    """Inline the undecided Ifs that fold now: a rank test on what an inlined If returns
+    (TorchScript's next cell: ``Size(Shape(lstm_out)) == 2``, typed only once the first cell's Ifs
+    are gone). Until nothing more folds; each is removed from ``pending``, so none is inlined twice."""
+    progress = True
+    while progress:
+        progress = False
+        for n in list(pending):
+            if not PASS.match(n, ctx):
+                continue
+            pending.remove(n)
+            taken = _condition(n, ctx)
+            chosen = n.attrs.get("then_branch" if taken else "else_branch")
+            if isinstance(chosen, gs.Graph) and len(chosen.outputs) == len(n.outputs):
+                progress = _inline(n, chosen, ctx) or progress
+
+
+def _inline(node: gs.Node, branch: gs.Graph, ctx: Context) -> bool:
+    """Inline ``branch`` in place of ``node``; True when what follows it gained types (a fresh
+    folder then sees them)."""
+    outputs = list(node.outputs)  # replace_tensor moves them to the inlined nodes
     copy = copy_body(branch)
     _keep_names_unique(copy, ctx)
     ctx.graph.nodes.extend(copy.nodes)
     b = ctx.builder
     local = {id(o) for n in copy.nodes for o in n.outputs}
     became: dict[int, gs.Tensor] = {}  # branch output -> the If output it now is
-    for old, new in zip(node.outputs, copy.outputs, strict=True):
+    for old, new in zip(outputs, copy.outputs, strict=True):
         if id(new) in became:  # returned twice: the second If output copies the first
             new = b.op("Identity", [became[id(new)]], dtype=old.dtype, shape=old.shape)
         elif id(new) not in local:  # an initializer of the branch (or an outer tensor)
@@ -105,12 +143,18 @@ def _inline(node: gs.Node, branch: gs.Graph, ctx: Context) -> None:
         else:
             became[id(new)] = old
         replace_tensor(ctx.graph, old, new)
+    # the branch's ops (and the Identities added above) type the If's outputs, then what reads them
+    infer_nodes([*copy.nodes, *(o.inputs[0] for o in outputs if o.inputs and o.inputs[0].op == "Identity")], ctx.opset)
+    gained = bool(propagate(outputs, ctx.opset))
+    if gained:
+        ctx.folder = Folder(ctx.graph)  # its memo holds the conditions that did not fold before
     for inner in copy.nodes:
         if inner.op == "If" and PASS.match(inner, ctx):
             taken = _condition(inner, ctx)
             inner_branch = inner.attrs.get("then_branch" if taken else "else_branch")
             if isinstance(inner_branch, gs.Graph) and len(inner_branch.outputs) == len(inner.outputs):
-                _inline(inner, inner_branch, ctx)
+                gained = _inline(inner, inner_branch, ctx) or gained
+    return gained
 
 
 def _keep_names_unique(copy: gs.Graph, ctx: Context) -> None:

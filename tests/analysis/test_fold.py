@@ -70,3 +70,16 @@ def test_what_must_not_fold_stays_unknown_and_so_do_its_users(op):
     folder = Folder(graph)
     assert folder.value(_tensor(graph, "s")) is None
     assert folder.value(_tensor(graph, "c")) == 2
+
+
+@pytest.mark.parametrize("start,end,rank", [(None, None, 3), (1, None, 2), (-2, None, 2), (0, 1, 1), (0, 99, 3)])
+def test_size_of_shape_is_the_rank_where_shapes_output_is_untyped(start, end, rank):
+    """TorchScript's ``input.dim()``: Size(Shape(x)) of a typed x whose Shape output was never typed
+    (x typed by a rewrite after import). Before: unknown (Size folded only from Shape's own type)."""
+    attrs = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
+    graph = _graph([helper.make_node("Shape", ["x"], ["shp"], **attrs), helper.make_node("Size", ["shp"], ["rank"]),
+                    helper.make_node("Cast", ["rank"], ["y"], to=TensorProto.FLOAT)], "y")
+    shp = _tensor(graph, "shp")
+    x = shp.inputs[0].inputs[0]
+    x.shape, shp.shape = ["batch", 4, None], None
+    assert Folder(graph).value(_tensor(graph, "rank")) == rank

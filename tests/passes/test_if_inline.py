@@ -251,3 +251,60 @@ def test_rank_test_ifs_inside_a_loop_body_are_inlined():
     assert result.report.status == "ok"
     assert "If" not in _all_ops(result.model) and "Loop" in _all_ops(result.model)
     strictly_inferred(result.model)
+
+
+def _chained_cells() -> onnx.ModelProto:
+    """Two scripted cells in a row (LSTMCell then GRUCell): the second one's ``input.dim()`` reads
+    the first one's output, an If output with no declared type, so its rank is known only once the
+    first cell's Ifs are inlined (torchscript_rnn_cell_sr_switch.onnx: /net16k/If_1, /net8k/lstm/If)."""
+    first = _recurrent_cell("size")
+    vi = helper.make_tensor_value_info
+    nodes = list(first.graph.node)
+    nodes[-1].output[0] = "g"  # the first cell's output
+    second = [node("Shape", ["g"], ["gshp"]), node("Size", ["gshp"], ["grank"]), const("gtwo", 2, np.int64),
+              node("Equal", ["grank", "gtwo"], ["gbatched"]), node("Not", ["gbatched"], ["gunbatched"])]
+    unsqueeze = _branch([const("gax", [0], np.int64), node("Unsqueeze", ["g", "gax"], ["gu"])], [vi("gu", FLOAT, None)], "gthen")
+    keep = _branch([node("Identity", ["g"], ["gi"])], [vi("gi", FLOAT, None)], "gelse")
+    squeeze = _branch([const("gax2", [0], np.int64), node("Squeeze", ["k", "gax2"], ["ks"])], [vi("ks", FLOAT, None)], "gthen2")
+    keep2 = _branch([node("Identity", ["k"], ["ki"])], [vi("ki", FLOAT, None)], "gelse2")
+    second += [node("If", ["gunbatched"], ["g3"], name="/gru/If_unsqueeze", then_branch=unsqueeze, else_branch=keep),
+               node("Sigmoid", ["g3"], ["k"], name="/gru/Sigmoid"),
+               node("If", ["gunbatched"], ["y"], name="/gru/If_squeeze", then_branch=squeeze, else_branch=keep2)]
+    return model([*nodes, *second], [inp("x", FLOAT, ["batch", 4])], [out("y", FLOAT, ["batch", 4])], opset=17)
+
+
+@pytest.mark.parametrize("version", ["8.5", "10.1"])
+def test_a_rank_test_on_an_inlined_ifs_output_folds_too(version):
+    """Before: the second cell's Ifs stayed (the first cell's output had no rank when they were matched)."""
+    import graphfix
+
+    m = _chained_cells()
+    result = graphfix.fix(m, passes="auto", trt=version, input_shapes={"x": (3, 4)})
+    assert result.report.status == "ok", [p.reason for p in result.report.passes]
+    assert "If" not in _all_ops(result.model)
+    x = np.random.default_rng(3).standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose(ort_run(result.model, {"x": x})[0], 1 / (1 + np.exp(-np.tanh(x))), rtol=1e-5)
+
+
+def test_rank_test_ifs_whose_outputs_are_an_untyped_branchs_outputs_are_inlined():
+    """Inside an If's branch, the inlined If's output is the branch's output (declared without a
+    shape, as the TorchScript exporter does): the ops' inference types it, which is no change of
+    the branch's ends. Before: the pass was rolled back ("the inputs/outputs of body ... changed")."""
+    import graphfix
+    from tests.helpers.control_flow import CONDITION, wrapped_in_if
+
+    vi = helper.make_tensor_value_info
+    unsqueeze = _branch([const("ax", [0], np.int64), node("Unsqueeze", ["x", "ax"], ["xu"])], [vi("xu", FLOAT, None)], "then")
+    keep = _branch([node("Tanh", ["x"], ["xt"])], [vi("xt", FLOAT, None)], "else")
+    cell = model([*_rank_condition("size"), node("If", ["unbatched"], ["y"], name="/If_unsqueeze", then_branch=unsqueeze,
+                                                 else_branch=keep)], [inp("x", FLOAT, ["batch", 4])], [out("y", FLOAT, ["batch", 4])], opset=17)
+    m = wrapped_in_if(cell)
+    for attr in m.graph.node[0].attribute:
+        for o in attr.g.output:
+            o.type.tensor_type.ClearField("shape")
+    result = graphfix.fix(m, passes="auto", trt="8.5", input_shapes={"x": (3, 4)})
+    assert [p.reason for p in result.report.passes if p.reason] == []
+    assert _all_ops(result.model).count("If") == 1  # the runtime If on the graph input stays
+    x = np.random.default_rng(4).standard_normal((3, 4)).astype(np.float32)
+    for flag in (True, False):
+        np.testing.assert_allclose(ort_run(result.model, {"x": x, CONDITION: np.array(flag)})[0], np.tanh(x), rtol=1e-6)
