@@ -9,6 +9,7 @@ import pytest
 import graphfix
 from graphfix.errors import GraphfixError
 from graphfix.onnxio import parse as parse_mod
+from graphfix.onnxio.dims import clear
 from graphfix.onnxio.load import load_model
 from graphfix.onnxio.paths import read_plan
 from tests.helpers.cli_runs import ROOT, external_model
@@ -18,7 +19,10 @@ FIXTURES = sorted((ROOT / "fixtures").rglob("*.onnx"))[::7]
 
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
 def test_mapped_parse_is_onnx_load(path):
-    assert load_model(path).SerializeToString() == onnx.load(str(path), load_external_data=False).SerializeToString()
+    """Byte for byte onnx.load's model, but for the declared dims below 1 the load clears (issue 31)."""
+    expected = onnx.load(str(path), load_external_data=False)
+    clear(expected)
+    assert load_model(path).SerializeToString() == expected.SerializeToString()
 
 
 @pytest.mark.parametrize("data,says", [(b"", "no graph, no outputs"), (b"\x0a\xff\xff", "not a readable ONNX model")])
