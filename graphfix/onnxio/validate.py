@@ -220,6 +220,15 @@ def _declared_problem(graph: onnx.GraphProto) -> str | None:
     return None
 
 
+#: Int attributes whose out-of-range values crash onnx's shape inference (a segfault, not an
+#: exception: the end of graphfix's process), by op and name, with the values onnx handles.
+#: onnxruntime runs none of the refused values (GatherND: batch_dims -1 fails in its kernel).
+#: Found by the mutation fuzz (tests/robustness/valid_mutations.py, onnx 1.23).
+_INFERENCE_CRASHES: dict[str, dict[str, Callable[[int], bool]]] = {
+    "GatherND": {"batch_dims": lambda v: 0 <= v < 2**31},  # -2147483649 segfaults infer_shapes
+}
+
+
 def _graph_problem(graph: onnx.GraphProto, declared: bool = True, seen: _Seen | None = None) -> str | None:
     """One walk over the graph and its subgraphs for what would break graphfix later: a name
     protobuf could not decode as UTF-8 (it hands back bytes; a corrupt file), a string attribute
@@ -245,10 +254,13 @@ def _graph_problem(graph: onnx.GraphProto, declared: bool = True, seen: _Seen | 
         attributes = n.attribute
         if not attributes:
             continue
+        crashes = _INFERENCE_CRASHES.get(op) if not domain or domain == "ai.onnx" else None
         for a in attributes:
             value, values = a.s, a.strings
             if (value and not _utf8(value)) or (values and not all(_utf8(s) for s in values)):
                 return f"attribute '{a.name}' of node '{n.name or n.op_type}' is a string that is not valid UTF-8"
+            if crashes and a.name in crashes and not crashes[a.name](a.i):
+                return f"attribute '{a.name}' of {op} node '{n.name or op}' is {a.i}, out of its range (onnx's shape inference crashes on it)"
             if a.HasField("t"):
                 tensors.append(a.t)
             tensors.extend(a.tensors)

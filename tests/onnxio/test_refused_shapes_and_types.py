@@ -3,10 +3,16 @@ onnx error inside a pass (exit 3): found by the mutation fuzz (tests/robustness/
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import onnx
 from onnx import TensorProto, helper
 
 from graphfix.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _clip_model(input_type: int = TensorProto.FLOAT, bound_dims: int = 0) -> onnx.ModelProto:
@@ -35,3 +41,21 @@ def test_an_input_without_an_element_type_is_refused(tmp_path, capfd):
 def test_a_tensor_of_more_than_64_dimensions_is_refused(tmp_path, capfd):
     err = _refused(_clip_model(bound_dims=65), tmp_path, capfd, "--trt", "7.2")
     assert "tensor 'lo' has 65 dimensions (at most 64)" in err
+
+
+def test_an_attribute_value_onnx_inference_crashes_on_is_refused(tmp_path):
+    """GatherND batch_dims -2147483649 segfaulted onnx's shape inference in graphfix's own process
+    (exit 139, no message): found by the fuzz's out-of-spec attributes. In a subprocess, so that
+    the crash, if it comes back, fails this test rather than ending the test run."""
+    g = helper.make_graph([helper.make_node("GatherND", ["d", "i"], ["y"], batch_dims=-(2**31) - 1)], "g",
+                          [helper.make_tensor_value_info("d", TensorProto.FLOAT, [2, 3, 4]),
+                           helper.make_tensor_value_info("i", TensorProto.INT64, [2, 1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    src = tmp_path / "m.onnx"
+    src.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    run = subprocess.run([sys.executable, "-m", "graphfix", str(src), str(tmp_path / "out.onnx"), "--quiet", "--no-verify"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, (run.returncode, run.stderr)
+    assert run.stderr.startswith("graphfix: error: ") and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "attribute 'batch_dims' of GatherND node" in run.stderr and "-2147483649" in run.stderr, run.stderr
+    assert not (tmp_path / "out.onnx").exists()
