@@ -17,9 +17,11 @@ them at the end.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -332,9 +334,11 @@ def _check_case(case: Path, extra: list[str], capfd, label: str, oracle: bool = 
     after verification gives the original's results (:func:`wrong_output`)."""
     before = {p.name: _digest(p) for p in case.iterdir()}
     dst, rep = case / "out.onnx", case / "r.json"
-    rc = main([str(case / "in.onnx"), str(dst), "--quiet", "--report", str(rep), "--timeout", str(TIMEOUT), *extra])
+    with _watchdog() as hung:
+        rc = main([str(case / "in.onnx"), str(dst), "--quiet", "--report", str(rep), "--timeout", str(TIMEOUT), *extra])
     err = capfd.readouterr().err
     label = f"{label} exit {rc}: {err!r}"
+    assert not hung, f"{label} hung: interrupted after {CASE_SECONDS} s"
     assert rc in (0, 2, 4), label  # 4: written, but the --trt target still rejects it
     for kind in ("died of", "did not finish"):  # onnxruntime crashed / hung in the worker: exit 2
         RUNTIME_STOPS[kind] += kind in err
@@ -352,6 +356,31 @@ def _check_case(case: Path, extra: list[str], capfd, label: str, oracle: bool = 
             wrong = wrong_output(case)
             assert wrong is None, f"{label} silently wrong output: {wrong}"
     return rc
+
+
+#: Seconds one case may take in graphfix's own process (they take well under one; onnxruntime's
+#: steps are stopped at TIMEOUT in the worker) before the run is interrupted as a Ctrl-C would:
+#: a hang is then a broken promise of its case, not the end of a collecting run.
+CASE_SECONDS = 60
+
+
+@contextlib.contextmanager
+def _watchdog():
+    """Inside: SIGALRM after CASE_SECONDS raises KeyboardInterrupt (graphfix's exit 130); the list
+    yielded says whether it fired."""
+    fired: list[bool] = []
+
+    def interrupt(signum, frame):  # noqa: ARG001 - signal's signature
+        fired.append(True)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
+    try:
+        yield fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 #: The oracle's tolerance, far wider than graphfix's (a rewrite rounds differently; fp16/bf16 by 4
