@@ -14,6 +14,7 @@ import onnx_graphsurgeon as gs
 from graphfix.graph import Builder, tensor_dtype
 from graphfix.graph.build import Skip
 from graphfix.onnxio.validate import MAX_RANK
+from graphfix.passes._axis import checked_axis
 from graphfix.passes.base import Context
 from graphfix.trt.versions import TrtVersion
 
@@ -57,15 +58,14 @@ def first_axis(node: gs.Node, x: gs.Tensor) -> int:
     the node's ``axis`` (default -1). Out of ``[-rank, rank)`` (onnxruntime refuses it) or, at an
     unknown rank, non-negative or beyond any tensor's rank: Skip, a finding, never a rewrite (an
     ``axis`` of -2147483649 made a list of 2**31 axes)."""
-    rank = len(x.shape) if x.shape is not None else None
+    if x.shape is not None:
+        return checked_axis(node, len(x.shape), -1) - len(x.shape)
     axis = int(node.attrs.get("axis", -1))
-    if rank is not None and not -rank <= axis < rank:
-        raise Skip(f"axis {axis} is out of range for a rank-{rank} input (onnxruntime refuses it)")
-    if rank is None and axis >= 0:
+    if axis >= 0:
         raise Skip("input rank is unknown and axis is not negative (run shape inference upstream)")
-    if rank is None and axis < -MAX_RANK:
+    if axis < -MAX_RANK:
         raise Skip(f"axis {axis} is beyond any tensor's rank (at most {MAX_RANK})")
-    return axis - rank if axis >= 0 and rank is not None else axis
+    return axis
 
 
 def element_count(x: gs.Tensor, first: int) -> int | None:

@@ -1,14 +1,14 @@
-"""The normalization passes (layernorm-decompose, rmsnorm-decompose, contrib-norm-lower) read the
-node's ``axis`` in one place (passes/_norm.first_axis): one out of ``[-rank, rank)`` is a
-finding, never a rewrite. Found by the fuzz's out-of-spec attributes: RMSNormalization ``axis``
--2147483649 made a list of 2**31 axes (a hang and gigabytes), a positive one past the rank
-normalised over no axis at all."""
+"""Passes read an ``axis`` attribute against the rank (passes/_axis.checked_axis; the normalization
+passes layernorm-decompose, rmsnorm-decompose, contrib-norm-lower through passes/_norm.first_axis):
+one out of ``[-rank, rank)`` is a finding, never a rewrite. Found by the fuzz's out-of-spec
+attributes: RMSNormalization and OneHot ``axis`` -2147483649 made lists of 2**31 axes (a hang
+and gigabytes), a positive one past the rank normalised over no axis at all."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper
 
 from fixtures.recipes._onnx import FLOAT, init, inp, node, out
 from graphfix import passes
@@ -46,3 +46,14 @@ def test_an_axis_beyond_any_rank_is_a_finding_at_an_unknown_rank():
                    [init("scale", np.ones(4, np.float32))], 23)
     result = passes.get("rmsnorm-decompose").apply(m)
     assert result.rewritten == 0 and "beyond any tensor's rank" in result.findings[0].message
+
+
+@pytest.mark.parametrize("axis", [-1000, 3])
+def test_a_onehot_axis_out_of_range_is_a_finding_not_a_rewrite(axis):
+    g = helper.make_graph([node("OneHot", ["i", "depth", "values"], ["y"], axis=axis)], "g",
+                          [helper.make_tensor_value_info("i", TensorProto.INT64, [2, 5])], [out("y", FLOAT, None)],
+                          [init("depth", np.array(4, np.int64)), init("values", np.array([0.0, 1.0], np.float32))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    result = passes.get("onehot-decompose").apply(m)
+    assert result.rewritten == 0 and any(f"axis {axis} is out of range for a rank-3 output" in f.message for f in result.findings), \
+        result.findings
