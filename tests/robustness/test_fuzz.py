@@ -3,13 +3,22 @@ bit flips, truncations, deleted and duplicated fields, huge declared sizes, bad 
 locations, and semantic ones onnxruntime may crash or hang on (empty input names, symbolic dims,
 endless Loops) — each run through ``graphfix.cli.main.main`` in-process (a crash of onnxruntime in
 graphfix's worker process must be an exit 2 here, not the end of the test process). Every run
-must end with exit 0 or 2, never a traceback; on exit 2 exactly one line on stderr (captured at
+must end with exit 0, 2 or 4 (written, blocking findings left), never 3 or a traceback; on exit 2 exactly one line on stderr (captured at
 the file-descriptor level) and no output file, report, sidecar or temp file; the input and its
-weights unchanged.
+weights unchanged. A share of the cases (``valid_share``; tests/robustness/valid_mutations.py)
+instead mutates one fixture of every registered pass, opt-in ones included, into a model that still
+parses (issue 33): string, bool, fp16 and bf16 outputs beside the rewrite, pathological dim names
+(thousands of terms or unary minuses, huge, unicode, operators) and out-of-spec attributes on the
+nodes of the pass's pattern (wrong types, NaN/inf, huge or negative ints, out-of-range axes, unknown
+enums, removed or repeated). Those also promise no silently wrong output: a model written after
+verification gives the original's results in onnxruntime (:func:`wrong_output`). A case that
+outlasts CASE_SECONDS is interrupted and recorded as a hang; the process is capped at MEMORY.
 
 CI profile: 2000 mutations (about 10 s here before the semantic mutations, which run onnxruntime
-on more of them, ~30 endless Loops each stopped at the 0.5 s budget); ``pytest -m slow``: a
-collecting run over several seeds, 100000 mutations (``GRAPHFIX_FUZZ=N`` for another count), that
+on more of them, ~30 endless Loops each stopped at the 0.5 s budget), 5% of them a pass's fixture
+mutated; ``pytest -m slow``: a collecting run over several seeds, 100000 mutations
+(``GRAPHFIX_FUZZ=N`` for another count, ``GRAPHFIX_FUZZ_VALID`` the share of fixture mutations,
+0.4 unless given), that
 records every broken promise (an exit 3 above all) instead of stopping at the first, and lists
 them at the end.
 """
