@@ -16,6 +16,7 @@ from graphfix.graph.build import stored
 from graphfix.graph.edits import bodies, live_nodes, outer_reads
 from graphfix.graph.importer import all_graphs, fingerprint, import_typed
 from graphfix.graph.infer import complete
+from graphfix.graph.node_export import export_node
 from graphfix.graph.scopes import BodyExporter, has_bodies
 from graphfix.onnxio.collector import collector_off
 from graphfix.onnxio.infer import inferred, value_infos
@@ -197,7 +198,7 @@ def _export_reusing(graph: gs.Graph, template: onnx.ModelProto, protos: dict[int
             for t in scoped.node_into(g.node.add(), n):
                 write(t)
         else:
-            g.node.append(OnnxExporter.export_node(n))
+            g.node.append(export_node(n))
         for t in n.inputs:
             if isinstance(t, gs.Constant) and t.name not in written:
                 write(t)
