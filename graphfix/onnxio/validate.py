@@ -220,13 +220,21 @@ def _declared_problem(graph: onnx.GraphProto) -> str | None:
     return None
 
 
-#: Int attributes whose out-of-range values crash onnx's shape inference (a segfault, not an
-#: exception: the end of graphfix's process), by op and name, with the values onnx handles.
-#: onnxruntime runs none of the refused values (GatherND: batch_dims -1 fails in its kernel).
-#: Found by the mutation fuzz (tests/robustness/valid_mutations.py, onnx 1.23).
-_INFERENCE_CRASHES: dict[str, dict[str, Callable[[int], bool]]] = {
-    "GatherND": {"batch_dims": lambda v: 0 <= v < 2**31},  # -2147483649 segfaults infer_shapes
+#: Attributes whose out-of-range values crash or hang onnx's shape inference (a segfault or an
+#: endless loop in C++, not an exception: the end of graphfix's process or a run that never
+#: ends), by op and name, with the values onnx handles. onnxruntime runs none of the refused
+#: values (GatherND: batch_dims -1 fails in its kernel; Einsum's spec allows letters, commas,
+#: "->", "..." and spaces). Found by the mutation fuzz (tests/robustness/valid_mutations.py, onnx 1.23).
+_EINSUM_CHARACTERS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ,.-> ")
+_INFERENCE_CRASHES: dict[str, dict[str, Callable[[onnx.AttributeProto], bool]]] = {
+    "GatherND": {"batch_dims": lambda a: 0 <= a.i < 2**31},  # -2147483649 segfaults infer_shapes
+    "Einsum": {"equation": lambda a: set(a.s) <= _EINSUM_CHARACTERS},  # "ab\n" on a rank-2 input loops forever
 }
+
+
+def _shown(value: object) -> str:
+    text = repr(value.decode(errors="replace") if isinstance(value, bytes) else value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _graph_problem(graph: onnx.GraphProto, declared: bool = True, seen: _Seen | None = None) -> str | None:
@@ -259,8 +267,9 @@ def _graph_problem(graph: onnx.GraphProto, declared: bool = True, seen: _Seen | 
             value, values = a.s, a.strings
             if (value and not _utf8(value)) or (values and not all(_utf8(s) for s in values)):
                 return f"attribute '{a.name}' of node '{n.name or n.op_type}' is a string that is not valid UTF-8"
-            if crashes and a.name in crashes and not crashes[a.name](a.i):
-                return f"attribute '{a.name}' of {op} node '{n.name or op}' is {a.i}, out of its range (onnx's shape inference crashes on it)"
+            if crashes and a.name in crashes and not crashes[a.name](a):
+                shown = _shown(onnx.helper.get_attribute_value(a))
+                return f"attribute '{a.name}' of {op} node '{n.name or op}' is {shown}, out of its range (onnx's shape inference crashes or hangs on it)"
             if a.HasField("t"):
                 tensors.append(a.t)
             tensors.extend(a.tensors)

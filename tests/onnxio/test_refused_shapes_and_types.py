@@ -59,3 +59,21 @@ def test_an_attribute_value_onnx_inference_crashes_on_is_refused(tmp_path):
     assert run.stderr.startswith("graphfix: error: ") and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert "attribute 'batch_dims' of GatherND node" in run.stderr and "-2147483649" in run.stderr, run.stderr
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_an_einsum_equation_onnx_inference_loops_on_is_refused(tmp_path):
+    """Einsum equation "ab\\n" on a rank-2 input: onnx's shape inference never returned (graphfix's
+    run hung in-process; found by the fuzz). In a subprocess with a timeout, so that a hang fails
+    this test instead of stopping the test run."""
+    g = helper.make_graph([helper.make_node("Einsum", ["x"], ["y"], equation="ab\n")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    src = tmp_path / "m.onnx"
+    src.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    try:
+        run = subprocess.run([sys.executable, "-m", "graphfix", str(src), str(tmp_path / "out.onnx"), "--quiet", "--no-verify"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("graphfix hung on the equation") from None
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, (run.returncode, run.stderr)
+    assert "attribute 'equation' of Einsum node" in run.stderr and "'ab\\n'" in run.stderr, run.stderr
