@@ -6,7 +6,6 @@ Reports and TensorRT logs name nodes; a rewritten Clip called ``/head/Clip`` bec
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +15,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.util.misc import SynchronizedList
 
 from graphfix.graph.importer import all_graphs
+from graphfix.onnxio.validate import declared_attribute_types
 
 TensorLike = gs.Tensor | np.ndarray | int | float | bool | Sequence[int] | Sequence[float]
 
@@ -258,16 +258,6 @@ class Builder:
         return self.op("Transpose", [x], {"perm": list(perm)}, **kw)
 
 
-@functools.cache
-def _declared_types(op_type: str, opset: int) -> dict[str, int]:
-    """The attribute types (AttributeProto.AttributeType) the ONNX schema of ``op_type`` declares."""
-    try:
-        schema = onnx.defs.get_schema(op_type, opset, "")
-    except onnx.defs.SchemaError:
-        return {}
-    return {name: int(a.type) for name, a in schema.attributes.items()}
-
-
 def attribute_problem(op_type: str, domain: str | None, attrs: dict[str, Any], opset: int) -> str | None:
     """An attribute of a new ONNX-domain node whose value is not of the type the op declares: a
     pass copying a node's attributes onto another op (contrib-matmul-lower: FusedConv's pads onto a
@@ -275,7 +265,7 @@ def attribute_problem(op_type: str, domain: str | None, attrs: dict[str, Any], o
     fuzz). Values onnx cannot type (an empty list, tensors, graphs) are the exporter's business."""
     if domain not in (None, "", "ai.onnx"):
         return None
-    declared = _declared_types(op_type, opset)
+    declared = declared_attribute_types(op_type, opset)
     for name, value in attrs.items():
         want = declared.get(name)
         if want is None or not isinstance(value, int | float | str | bytes | list | tuple | np.generic):

@@ -77,3 +77,33 @@ def test_an_einsum_equation_onnx_inference_loops_on_is_refused(tmp_path):
         raise AssertionError("graphfix hung on the equation") from None
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, (run.returncode, run.stderr)
     assert "attribute 'equation' of Einsum node" in run.stderr and "'ab\\n'" in run.stderr, run.stderr
+
+
+def _groupnorm(num_groups: onnx.AttributeProto) -> onnx.ModelProto:
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], epsilon=1e-5)
+    node.attribute.append(num_groups)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3])],
+                          [helper.make_tensor("s", TensorProto.FLOAT, [2], [1.0, 1.0]), helper.make_tensor("b", TensorProto.FLOAT, [2], [0.0, 0.0])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_an_attribute_of_another_type_than_the_op_declares_is_refused(tmp_path, capfd):
+    """onnx.checker stops at opset-18 GroupNormalization's deprecation (tolerated) before its
+    attributes: ``num_groups`` given as a tensor reached groupnorm-decompose's predicate (exit 3, a
+    TypeError; found by the fuzz)."""
+    err = _refused(_groupnorm(helper.make_attribute("num_groups", helper.make_tensor("t", TensorProto.FLOAT, [1], [2.0]))),
+                   tmp_path, capfd, "--no-verify")
+    assert "attribute 'num_groups' of GroupNormalization node" in err and "is TENSOR, the op takes INT" in err
+
+
+def test_the_checker_goes_on_past_an_output_typed_without_a_shape(tmp_path, capfd):
+    """An output typed without a shape is tolerated, but onnx.checker stopped there: a Range whose
+    output was cleared reached range-inputs (exit 3, an IndexError; found by the fuzz). The rest of
+    the model is checked as if the output had a shape."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Range", ["a", "b", "c"], [])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [helper.make_tensor(n, TensorProto.FLOAT, [], [v]) for n, v in (("a", 0.0), ("b", 4.0), ("c", 1.0))])
+    err = _refused(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), tmp_path, capfd, "--no-verify")
+    assert "Range" in err, err
