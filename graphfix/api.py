@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -175,19 +176,9 @@ def fix(
     ``timeout``: seconds one onnxruntime step may take (graphfix.runtime.worker.DEFAULT_TIMEOUT
     when None).
 
-    What each argument takes (graphfix.settings.checks.ARGUMENTS; docs/cli.md's table):
-    ``model`` a path (str or os.PathLike) or an onnx.ModelProto; ``passes`` as above; ``skip``,
-    ``force`` a pass name, a comma-separated string or a list of names; ``trt`` None or a release
-    as a string ("8.6", "10.1"); ``verify``, ``verify_each``, ``strict``, ``simplify`` True or
-    False; ``atol``, ``rtol`` None or a number >= 0; ``seed`` an int in 0..2**32-1;
-    ``iterations`` an int in 1..1000; ``input_shapes`` None, a dict of input name to dims or a
-    list of them; ``profile_shapes`` a list of such dicts; ``fix_shapes`` None or one such dict;
-    ``val_range`` None or a dict of input name to (lo, hi); ``inputs`` None, a list of dicts of
-    input name to numpy array, or a path; ``output`` None or a path; ``progress`` None or a
-    function of one str; ``max_memory`` bytes or a size string; ``timeout`` None or seconds.
-    A wrong type raises GraphfixError in one line naming the argument and what it takes.
-    Bad settings, paths or inputs raise GraphfixError before any work; onnxruntime crashing or
-    outlasting ``timeout`` raises :class:`~graphfix.errors.OnnxruntimeDied` (a BaseException).
+    A wrong type raises GraphfixError in one line naming the argument and what it takes (the
+    list below). Bad settings, paths or inputs raise GraphfixError before any work; onnxruntime
+    crashing or outlasting ``timeout`` raises :class:`~graphfix.errors.OnnxruntimeDied` (a BaseException).
     """
     options.check_arguments(locals(), Pass)  # the first statement: locals() holds the arguments alone
     options.check_settings(passes=passes, iterations=iterations, seed=seed, atol=atol, rtol=rtol, val_range=val_range,
@@ -252,6 +243,23 @@ def fix(
         with transaction_mod.transaction():
             save_model(outcome.fixed, output, settings.base_dir)
     return result
+
+
+def _takes(function) -> str:
+    """What each argument of ``function`` takes and its default, for its docstring: the words of
+    graphfix.settings.checks.ARGUMENTS, which its refusals and docs/cli.md's table use, so that
+    the three cannot drift apart."""
+    lines = ["", "", "What each argument takes (default in brackets):", ""]
+    for name, parameter in inspect.signature(function).parameters.items():
+        if name == "self":
+            continue
+        default = "required" if parameter.default is inspect.Parameter.empty else repr(parameter.default)
+        lines.append(f"- ``{name}`` [{default}]: {options.ARGUMENTS[name][1]}")
+    return "\n".join(lines) + "\n"
+
+
+for _function in (fix, FixResult.save, FixResult.save_report):
+    _function.__doc__ = inspect.cleandoc(_function.__doc__ or "") + _takes(_function)
 
 
 def _with_declarations(fixed: onnx.ModelProto | Assembled, declared: dims_mod.DeclaredDims) -> onnx.ModelProto | Assembled:

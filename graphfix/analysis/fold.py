@@ -14,9 +14,9 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx.reference import ReferenceEvaluator
-from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
+from graphfix.graph.node_export import export_node
 from graphfix.graph.rewire import static_shape
 
 #: Refuse to fold values bigger than this many elements (folding must not blow up the model).
@@ -235,7 +235,7 @@ def _evaluate(node: gs.Node, values: list[np.ndarray | None], opset: int) -> lis
         if to is not None and to.kind in "biuf" and values[0].dtype.kind in "biuf":
             return [values[0].astype(to)]
     in_names = tuple(f"in{k}" if v is not None else "" for k, v in enumerate(values))
-    evaluator = _evaluator(OnnxExporter.export_node(node), in_names, len(node.outputs), opset)
+    evaluator = _evaluator(export_node(node), in_names, len(node.outputs), opset)
     feeds = {n: v for n, v in zip(in_names, values, strict=True) if n}
     return [np.asarray(o) for o in evaluator.run(None, feeds)]
 

@@ -10,10 +10,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.util.misc import SynchronizedList
 
 from graphfix.graph.importer import all_graphs
+from graphfix.onnxio.validate import declared_attribute_types
 
 TensorLike = gs.Tensor | np.ndarray | int | float | bool | Sequence[int] | Sequence[float]
 
@@ -137,6 +139,9 @@ class Builder:
         """One node; ``None`` inputs become empty optional inputs."""
         ins = [gs.Variable.empty() if i is None else self.tensor(i) for i in inputs]
         outs = [gs.Variable(self.name(f"{op_type}_out"), dtype=dtype, shape=shape) for _ in range(outputs)]
+        problem = attribute_problem(op_type, domain, attrs, self.opset) if attrs else None
+        if problem:
+            raise Skip(problem)
         node = gs.Node(op_type, name=self.name(op_type), attrs=dict(attrs or {}), inputs=ins, outputs=outs)
         if domain:
             node.domain = domain
@@ -251,6 +256,28 @@ class Builder:
 
     def transpose(self, x: gs.Tensor, perm: Sequence[int], **kw: Any) -> gs.Variable:
         return self.op("Transpose", [x], {"perm": list(perm)}, **kw)
+
+
+def attribute_problem(op_type: str, domain: str | None, attrs: dict[str, Any], opset: int) -> str | None:
+    """An attribute of a new ONNX-domain node whose value is not of the type the op declares: a
+    pass copying a node's attributes onto another op (contrib-matmul-lower: FusedConv's pads onto a
+    Conv) would write what onnx's checker and onnxruntime refuse (``pads`` -1.0, a float, found by the
+    fuzz). Values onnx cannot type (an empty list, tensors, graphs) are the exporter's business."""
+    if domain not in (None, "", "ai.onnx"):
+        return None
+    declared = declared_attribute_types(op_type, opset)
+    for name, value in attrs.items():
+        want = declared.get(name)
+        if want is None or not isinstance(value, int | float | str | bytes | list | tuple | np.generic):
+            continue
+        try:
+            have = onnx.helper.make_attribute(name, value).type
+        except (ValueError, TypeError):
+            continue
+        if have != want:
+            return (f"{op_type} attribute {name} would be {onnx.AttributeProto.AttributeType.Name(have)} "
+                    f"{value!r:.40} (the op takes {onnx.AttributeProto.AttributeType.Name(want)})")
+    return None
 
 
 class Skip(Exception):  # noqa: N818 - a control-flow signal, not an error

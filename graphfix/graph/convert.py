@@ -16,6 +16,7 @@ from graphfix.graph.build import stored
 from graphfix.graph.edits import bodies, live_nodes, outer_reads
 from graphfix.graph.importer import all_graphs, fingerprint, import_typed
 from graphfix.graph.infer import complete
+from graphfix.graph.node_export import export_node
 from graphfix.graph.scopes import BodyExporter, has_bodies
 from graphfix.onnxio.collector import collector_off
 from graphfix.onnxio.infer import inferred, value_infos
@@ -191,7 +192,7 @@ def _export_reusing(graph: gs.Graph, template: onnx.ModelProto, protos: dict[int
         elif scoped is not None and has_bodies(n):
             reads = [*scoped.node_into(g.node.add(), n), *n.inputs]  # and the constants its bodies need here
         else:
-            g.node.append(OnnxExporter.export_node(n))
+            g.node.append(export_node(n))
         for t in reads:  # no call per constant: this loop runs for every input of a 100k-node graph
             if isinstance(t, gs.Constant) and t.name not in written:
                 written.add(t.name)

@@ -27,6 +27,7 @@ from onnx_graphsurgeon.importers import onnx_importer as gsi
 from onnx_graphsurgeon.ir.tensor import LazyValues
 from onnx_graphsurgeon.util.misc import SynchronizedList
 
+from graphfix.graph.node_export import TypedEmpty
 from graphfix.graph.state import _active, _generation
 from graphfix.onnxio.infer import body_scope, scoped_name, value_infos
 
@@ -298,9 +299,9 @@ _ATTRS = {
     _A.INT: lambda a: a.i,
     _A.STRING: lambda a: a.s.decode(),
     _A.TENSOR: lambda a: _constant(a.t),
-    _A.FLOATS: lambda a: list(a.floats),
-    _A.INTS: lambda a: list(a.ints),
-    _A.STRINGS: lambda a: [s.decode() for s in a.strings],
+    _A.FLOATS: lambda a: list(a.floats) or TypedEmpty(_A.FLOATS),
+    _A.INTS: lambda a: list(a.ints) or TypedEmpty(_A.INTS),
+    _A.STRINGS: lambda a: [s.decode() for s in a.strings] or TypedEmpty(_A.STRINGS),
 }
 
 

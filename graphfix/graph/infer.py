@@ -16,9 +16,9 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper, numpy_helper
-from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphfix.graph.importer import all_graphs
+from graphfix.graph.node_export import export_node
 
 #: Constant inputs up to this many elements are given to inference as data (Reshape targets...).
 _DATA_LIMIT = 64
@@ -73,7 +73,7 @@ def infer_nodes(nodes: Iterable[gs.Node], opset: int) -> None:
         else:
             try:
                 outs = onnx.shape_inference.infer_node_outputs(
-                    schema, OnnxExporter.export_node(node), types, data, opset_imports=[helper.make_opsetid("", opset)]
+                    schema, export_node(node), types, data, opset_imports=[helper.make_opsetid("", opset)]
                 )
             except Exception:  # noqa: BLE001 - inference is best effort, rewrites stay valid without it
                 continue

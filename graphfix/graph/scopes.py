@@ -22,6 +22,7 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 from onnx_graphsurgeon.ir.tensor import SparseValues
 
 from graphfix.graph.build import stored
+from graphfix.graph.node_export import export_attribute, export_node
 
 
 def has_bodies(node: gs.Node) -> bool:
@@ -71,7 +72,7 @@ class BodyExporter:
                 for v in value:
                     needs.extend(self._body(attr.graphs.add(), v, path))
             else:
-                proto.attribute.extend(OnnxExporter.export_attributes({key: value}))
+                proto.attribute.extend(export_attribute(node, key, value))
         return needs
 
     def _body(self, proto: onnx.GraphProto, body: gs.Graph, path: list[gs.Graph]) -> list[gs.Constant]:
@@ -95,7 +96,7 @@ class BodyExporter:
                             visible.add(id(t))
                             mine.append(id(t))
             else:
-                proto.node.append(OnnxExporter.export_node(n))
+                proto.node.append(export_node(n))
         visible.difference_update(mine)
         if body.name:
             proto.name = body.name

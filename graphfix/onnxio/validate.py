@@ -4,6 +4,7 @@ fields, tensors larger than their data.
 
 from __future__ import annotations
 
+import functools
 import math
 import tempfile
 from collections.abc import Callable
@@ -86,13 +87,46 @@ def _check(data: bytes, from_file: bool, full_check: bool) -> None:
     """onnx.checker on ``data``; where it stops at an op onnxruntime registers in the ONNX domain
     ("No Op registered for SimplifiedLayerNormalization"), again with those ops out of its way
     (:mod:`graphfix.onnxio.domains`): the same in the worker and here, at no cost otherwise."""
-    try:
-        _check_once(data, from_file, full_check)
-    except onnx.checker.ValidationError as exc:
-        moved = without_contrib_ops(data, str(exc))
-        if moved is None:
-            raise
-        _check_once(moved, from_file, full_check)
+    for _ in range(2):
+        try:
+            _check_once(data, from_file, full_check)
+            return
+        except onnx.checker.ValidationError as exc:
+            moved = without_contrib_ops(data, str(exc))
+            if moved is None and not full_check:
+                moved = _outputs_shaped(data, str(exc))
+            if moved is None:
+                raise
+            data = moved
+    _check_once(data, from_file, full_check)
+
+
+#: onnx.checker's complaint about an output typed without a shape (TorchScript's rank-deciding
+#: Ifs write them; onnxruntime runs them): tolerated (:func:`_complaint`), but the checker stops
+#: there, before the nodes.
+SHAPELESS_OUTPUT = "Field 'shape' of 'type' is required but missing"
+
+
+def _outputs_shaped(data: bytes, complaint: str) -> bytes | None:
+    """``data`` with every output typed without a shape given an empty one, where the checker
+    stopped at one: so that it goes on to the nodes (an attribute of the wrong type, a node
+    without its outputs were let through, then exit 3 inside a pass; found by the fuzz). For the
+    structural check only (an empty shape says rank 0 to inference)."""
+    if SHAPELESS_OUTPUT not in complaint:
+        return None
+    model = onnx.load_from_string(data)
+
+    def walk(g: onnx.GraphProto) -> None:
+        for vi in g.output:
+            if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
+                vi.type.tensor_type.shape.SetInParent()
+        for n in g.node:
+            for a in n.attribute:
+                for sub in [a.g] if a.HasField("g") else list(a.graphs):
+                    walk(sub)
+
+    walk(model.graph)
+    return model.SerializeToString()
 
 
 def _check_once(data: bytes, from_file: bool, full_check: bool) -> None:
@@ -127,7 +161,7 @@ def _complaint(check) -> str | None:
         # an op version since deprecated (opset-18 GroupNormalization), or a graph or branch output
         # typed without a shape, which the TorchScript exporter writes for a rank an If decides:
         # onnxruntime runs both, only onnx's checker objects
-        tolerated = ("is deprecated in domain_version", "Field 'shape' of 'type' is required but missing")
+        tolerated = ("is deprecated in domain_version", SHAPELESS_OUTPUT)
         return None if any(t in text for t in tolerated) else text
     return None
 
@@ -146,6 +180,7 @@ class Accepted:
 class _Seen:
     """Gathered by the one walk over every node (a second walk cost 0.2 s per 100k nodes)."""
 
+    opset: int = 0
     ops: set[str] = default(default_factory=set)
     domains: set[str] = default(default_factory=set)
     subgraphs: list[onnx.GraphProto] = default(default_factory=list)
@@ -168,7 +203,7 @@ def _check_domains(model: onnx.ModelProto, where: str,
     problem = _declared_problem(model.graph)
     if not problem and early is not None:
         early(model)
-    seen = _Seen()
+    seen = _Seen(opset=default_opset(model))
     problem = problem or _graph_problem(model.graph, declared=False, seen=seen)
     if problem:
         raise GraphfixError(f"invalid graph: {problem}", where)
@@ -220,6 +255,40 @@ def _declared_problem(graph: onnx.GraphProto) -> str | None:
     return None
 
 
+#: Attributes whose out-of-range values crash or hang onnx's shape inference (a segfault or an
+#: endless loop in C++, not an exception: the end of graphfix's process or a run that never
+#: ends), by op and name, with the values onnx handles. onnxruntime runs none of the refused
+#: values (GatherND: batch_dims -1 fails in its kernel; Einsum's spec allows letters, commas,
+#: "->", "..." and spaces). Found by the mutation fuzz (tests/robustness/valid_mutations.py, onnx 1.23).
+_EINSUM_CHARACTERS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ,.-> ")
+_INFERENCE_CRASHES: dict[str, dict[str, Callable[[onnx.AttributeProto], bool]]] = {
+    "GatherND": {"batch_dims": lambda a: 0 <= a.i < 2**31},  # -2147483649 segfaults infer_shapes
+    "Einsum": {"equation": lambda a: set(a.s) <= _EINSUM_CHARACTERS},  # "ab\n" on a rank-2 input loops forever
+}
+
+
+def _shown(value: object) -> str:
+    text = repr(value.decode(errors="replace") if isinstance(value, bytes) else value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_A = onnx.AttributeProto
+
+
+@functools.cache
+def declared_attribute_types(op_type: str, opset: int) -> dict[str, int]:
+    """The attribute types (AttributeProto.AttributeType) the ONNX schema of ``op_type`` at
+    ``opset`` declares ({} for an op onnx does not know). onnx.checker compares them, but stops at
+    the first complaint, including those graphfix tolerates (an op version since deprecated,
+    opset-18 GroupNormalization), before the node's attributes: a ``num_groups`` given as a tensor
+    then reached a pass (exit 3; found by the fuzz). onnxruntime refuses such a node."""
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return {}
+    return {name: int(a.type) for name, a in schema.attributes.items()}
+
+
 def _graph_problem(graph: onnx.GraphProto, declared: bool = True, seen: _Seen | None = None) -> str | None:
     """One walk over the graph and its subgraphs for what would break graphfix later: a name
     protobuf could not decode as UTF-8 (it hands back bytes; a corrupt file), a string attribute
@@ -245,10 +314,19 @@ def _graph_problem(graph: onnx.GraphProto, declared: bool = True, seen: _Seen | 
         attributes = n.attribute
         if not attributes:
             continue
+        standard = not domain or domain == "ai.onnx"
+        crashes = _INFERENCE_CRASHES.get(op) if standard else None
+        types = declared_attribute_types(op, seen.opset) if standard else None
         for a in attributes:
+            if types and types.get(a.name, a.type) != a.type and not a.ref_attr_name:
+                return (f"attribute '{a.name}' of {op} node '{n.name or op}' is {_A.AttributeType.Name(a.type)}, "
+                        f"the op takes {_A.AttributeType.Name(types[a.name])}")
             value, values = a.s, a.strings
             if (value and not _utf8(value)) or (values and not all(_utf8(s) for s in values)):
                 return f"attribute '{a.name}' of node '{n.name or n.op_type}' is a string that is not valid UTF-8"
+            if crashes and a.name in crashes and not crashes[a.name](a):
+                shown = _shown(onnx.helper.get_attribute_value(a))
+                return f"attribute '{a.name}' of {op} node '{n.name or op}' is {shown}, out of its range (onnx's shape inference crashes or hangs on it)"
             if a.HasField("t"):
                 tensors.append(a.t)
             tensors.extend(a.tensors)

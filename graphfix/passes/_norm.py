@@ -13,6 +13,8 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import Builder, tensor_dtype
 from graphfix.graph.build import Skip
+from graphfix.onnxio.validate import MAX_RANK
+from graphfix.passes._axis import checked_axis
 from graphfix.passes.base import Context
 from graphfix.trt.versions import TrtVersion
 
@@ -49,6 +51,21 @@ class Moments:
 def reduce_mean_reads_axes(ctx: Context) -> bool:
     """Whether an opset >= 18 ReduceMean (axes as input) is safe for the target."""
     return ctx.trt is not None and ctx.trt >= AXES_INPUT
+
+
+def first_axis(node: gs.Node, x: gs.Tensor) -> int:
+    """The first normalised axis of ``x`` counted from the end (the axes are ``[first, 0)``), from
+    the node's ``axis`` (default -1). Out of ``[-rank, rank)`` (onnxruntime refuses it) or, at an
+    unknown rank, non-negative or beyond any tensor's rank: Skip, a finding, never a rewrite (an
+    ``axis`` of -2147483649 made a list of 2**31 axes)."""
+    if x.shape is not None:
+        return checked_axis(node, len(x.shape), -1) - len(x.shape)
+    axis = int(node.attrs.get("axis", -1))
+    if axis >= 0:
+        raise Skip("input rank is unknown and axis is not negative (run shape inference upstream)")
+    if axis < -MAX_RANK:
+        raise Skip(f"axis {axis} is beyond any tensor's rank (at most {MAX_RANK})")
+    return axis
 
 
 def element_count(x: gs.Tensor, first: int) -> int | None:

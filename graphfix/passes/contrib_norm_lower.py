@@ -56,6 +56,7 @@ from graphfix.passes._contrib import (
 )
 from graphfix.passes._norm import (
     element_count,
+    first_axis,
     mean_over,
     reduce_mean_reads_axes,
     standardize,
@@ -67,15 +68,6 @@ from graphfix.trt.versions import TrtVersion
 F32 = np.dtype(np.float32)
 #: First release with a LayerNormalization importer (layernorm-decompose's rule).
 LN_IMPORTER = TrtVersion("8.6")
-
-
-def _first_axis(node: gs.Node, x: gs.Tensor) -> int:
-    """The first normalised axis counted from the end (``[first, 0)``)."""
-    rank = len(x.shape) if x.shape is not None else None
-    axis = int(node.attrs.get("axis", -1))
-    if axis >= 0 and rank is None:
-        raise Skip("input rank is unknown and axis is not negative (run shape inference upstream)")
-    return axis - rank if axis >= 0 and rank is not None else axis
 
 
 def _to_f32(b: Builder, x: gs.Tensor, dtype: np.dtype) -> gs.Tensor:
@@ -152,7 +144,7 @@ def _simplified(node: gs.Node, ctx: Context) -> None:
     x = node.inputs[0]
     dtype = float_type(node, 0, 1)
     stash_dtype(node)
-    y, rms = _rms_norm(node, ctx, x, dtype, _first_axis(node, x))
+    y, rms = _rms_norm(node, ctx, x, dtype, first_axis(node, x))
     replace_typed(ctx.graph, node.outputs[0], ctx.builder.op("Mul", [y, node.inputs[1]]), dtype)
     _replace_if_used(ctx, node, 1, lambda: _reciprocal(ctx.builder, rms))
 
@@ -162,7 +154,7 @@ def _contrib_layer_norm(node: gs.Node, ctx: Context) -> None:
     dtype = float_type(node, 0, 1, 2)
     stash_dtype(node)
     b = ctx.builder
-    y, m = _layer_norm(node, ctx, x, dtype, _first_axis(node, x))
+    y, m = _layer_norm(node, ctx, x, dtype, first_axis(node, x))
     replace_typed(ctx.graph, node.outputs[0], _affine(b, y, optional_input(node, 1), optional_input(node, 2)), dtype)
     _replace_if_used(ctx, node, 1, lambda: m.mean)
     _replace_if_used(ctx, node, 2, lambda: _reciprocal(b, m.std))

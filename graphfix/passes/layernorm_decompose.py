@@ -45,8 +45,14 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import is_read, optional_input, replace_tensor
-from graphfix.graph.build import Skip
-from graphfix.passes._norm import element_count, float_dtype, reduce_mean_reads_axes, standardize, stash_dtype
+from graphfix.passes._norm import (
+    element_count,
+    first_axis,
+    float_dtype,
+    reduce_mean_reads_axes,
+    standardize,
+    stash_dtype,
+)
 from graphfix.passes.base import LIMIT, NO_IMPORTER, Context, Pass, Rule
 from graphfix.trt.versions import TrtVersion
 
@@ -67,11 +73,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     x = node.inputs[0]
     dtype = float_dtype(x)
     compute = stash_dtype(node)
-    rank = len(x.shape) if x.shape is not None else None
-    axis = int(node.attrs.get("axis", -1))
-    if axis >= 0 and rank is None:
-        raise Skip("input rank is unknown and axis is not negative (run shape inference upstream)")
-    first = axis - rank if axis >= 0 and rank is not None else axis  # normalised axes, counted from the end
+    first = first_axis(node, x)  # normalised axes, counted from the end
     b = ctx.builder
     xc = x if compute == dtype else b.cast(x, compute)
     m = standardize(b, xc, list(range(first, 0)), element_count(x, first), float(node.attrs.get("epsilon", 1e-5)),

@@ -26,6 +26,7 @@ import onnx_graphsurgeon as gs
 from graphfix.analysis.origin import reaches_shape_input
 from graphfix.graph import replace_tensor, tensor_dtype
 from graphfix.graph.build import Skip
+from graphfix.passes._axis import checked_axis
 from graphfix.passes.base import LIMIT, NO_IMPORTER, Context, Pass, Rule
 
 
@@ -46,8 +47,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     if indices.shape is None or tensor_dtype(indices) is None:
         raise Skip("indices rank or type is unknown (run shape inference upstream)")
     rank = len(indices.shape) + 1
-    axis = int(node.attrs.get("axis", -1))
-    axis = axis + rank if axis < 0 else axis
+    axis = checked_axis(node, rank, -1)  # of the output, one rank above the indices
     b = ctx.builder
     idx = indices if tensor_dtype(indices) == np.int64 else b.cast(indices, np.int64)
     depth_value = ctx.folder.value(depth_in)

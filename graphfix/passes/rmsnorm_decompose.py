@@ -37,6 +37,7 @@ from graphfix.graph import replace_tensor, tensor_dtype
 from graphfix.graph.build import Skip
 from graphfix.passes._norm import (
     element_count,
+    first_axis,
     float_dtype,
     mean_over,
     reduce_mean_reads_axes,
@@ -53,11 +54,7 @@ def rewrite(node: gs.Node, ctx: Context) -> None:
     if tensor_dtype(scale) not in (None, dtype):
         raise Skip(f"scale is {tensor_dtype(scale)} but X is {dtype} (only a scale of X's type is decomposed)")
     compute = stash_dtype(node)
-    rank = len(x.shape) if x.shape is not None else None
-    axis = int(node.attrs.get("axis", -1))
-    if axis >= 0 and rank is None:
-        raise Skip("input rank is unknown and axis is not negative (run shape inference upstream)")
-    first = axis - rank if axis >= 0 and rank is not None else axis
+    first = first_axis(node, x)
     b = ctx.builder
     axes_ok = reduce_mean_reads_axes(ctx)
     xc = x if compute == dtype else b.cast(x, compute)

@@ -95,6 +95,10 @@ def _optional(accepts: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda v: v is None or accepts(v)
 
 
+#: The lowest --convert-opset target: every TensorRT parser from 7.0 on warns below it (ModelImporter.cpp).
+LOWEST_CONVERT_OPSET = 7
+
+
 _PATH = "a path (str or os.PathLike)"
 #: What each argument of ``graphfix.fix`` (and of ``FixResult.save``/``save_report``) takes: the
 #: test of its type and the words a refusal and docs/cli.md use (the Pass class of a ``passes`` list
@@ -110,8 +114,8 @@ ARGUMENTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "verify_each": (lambda v: isinstance(v, bool), "True or False"),
     "strict": (lambda v: isinstance(v, bool), "True or False"),
     "simplify": (lambda v: isinstance(v, bool), "True or False"),
-    "atol": (_optional(_real), "None (automatic) or a number >= 0"),
-    "rtol": (_optional(_real), "None (automatic) or a number >= 0"),
+    "atol": (_optional(_real), "None (automatic) or a finite number >= 0"),
+    "rtol": (_optional(_real), "None (automatic) or a finite number >= 0"),
     "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool), f"a whole number in 0..{2**32 - 1}"),
     "iterations": (lambda v: isinstance(v, int) and not isinstance(v, bool), f"a whole number in 1..{MAX_ITERATIONS}"),
     "input_shapes": (_optional(lambda v: _shapes(v) or (_listed(v) and all(_shapes(s) for s in v))),
@@ -127,10 +131,11 @@ ARGUMENTS: dict[str, tuple[Callable[[Any], bool], str]] = {
                "of an .npz or polygraphy JSON file"),
     "output": (_optional(_path), f"None or {_PATH}"),
     "progress": (_optional(callable), "None or a function taking one str"),
-    "max_memory": (lambda v: isinstance(v, str) or _real(v), "a number of bytes or a size string such as '4G'"),
-    "timeout": (_optional(_real), "None (the default) or a number of seconds"),
+    "max_memory": (lambda v: isinstance(v, str) or _real(v), "a number of bytes or a size string with K/M/G/T "
+                                                              "(binary), such as '4G' or '512M'; at least 1M"),
+    "timeout": (_optional(_real), "None (300 s) or a number of seconds above 0 and at most 86400"),
     "convert_opset": (_optional(lambda v: isinstance(v, int) and not isinstance(v, bool)),
-                      "None or a default-domain opset number, such as 13"),
+                      f"None or a default-domain opset number from {LOWEST_CONVERT_OPSET} to the installed onnx's newest, such as 13"),
     "requantize_symmetric": (lambda v: isinstance(v, bool), "True or False"),
     "dequantize_dynamic": (lambda v: isinstance(v, bool), "True or False"),
     "set_inputs": (_optional(lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
@@ -194,10 +199,6 @@ def check_settings(*, passes: Any = "all", iterations: int = 1, seed: int = 1, a
             ok = False
         if not ok:
             raise GraphfixError(f"{name} {value}: must be a finite number >= 0 (NaN or inf would switch verification off)")
-
-
-#: The lowest --convert-opset target: every TensorRT parser from 7.0 on warns below it (ModelImporter.cpp).
-LOWEST_CONVERT_OPSET = 7
 
 
 def check_convert_opset(target: int | None) -> None:

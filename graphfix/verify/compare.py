@@ -142,7 +142,7 @@ def _numpy_diff(ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float, pre
         return OutputDiff(float("inf"), float("inf"), False, f"{ref.dtype}{list(ref.shape)} became {cand.dtype}{list(cand.shape)}")
     if ref.size == 0:
         return OutputDiff(0.0, 0.0, True)
-    if ref.dtype.kind not in "biufc":
+    if ref.dtype.kind not in _MAGNITUDES:
         return equality_diff(ref, cand)
     atol, rtol = tolerances(ref.dtype, atol, rtol, precision)
     widened = _widened(ref.dtype, precision)
@@ -256,6 +256,11 @@ def sorted_diffs(reference: RunResults, candidate: RunResults, names: list[str],
     return diffs
 
 
+#: numpy kinds of values with a magnitude (bool, ints, floats, complex); others (strings) are
+#: compared for equality (:func:`equality_diff`).
+_MAGNITUDES = "biufc"
+
+
 def deviation(reference: RunResults, candidate: RunResults, scales: dict[str, float], max_steps: float,
               max_of_peak: float) -> dict[str, OutputDiff]:
     """An inexact rewrite's deviation per output, worst over the iterations (graphfix.pipeline.inexact):
@@ -271,13 +276,17 @@ def deviation(reference: RunResults, candidate: RunResults, scales: dict[str, fl
             cand = np.asarray(cand_it[name]) if name in cand_it else None
             cur = _numpy_diff(ref, cand, np.inf, np.inf) if cand is not None else \
                 OutputDiff(float("inf"), float("inf"), False, "output missing")
-            finite = np.abs(ref[np.isfinite(ref)]) if ref.dtype.kind == "f" else np.abs(ref)
-            peaks[name] = max(peaks.get(name, 0.0), float(finite.max()) if finite.size else 0.0)
+            if ref.dtype.kind in _MAGNITUDES:
+                finite = np.abs(ref[np.isfinite(ref)]) if ref.dtype.kind == "f" else np.abs(ref)
+                peaks[name] = max(peaks.get(name, 0.0), float(finite.max()) if finite.size else 0.0)
             prev = worst.get(name)
             worst[name] = cur if prev is None else _worse(prev, cur)
     for name, d in worst.items():
-        scale = scales.get(name, 1.0 if np.asarray(iterations(reference)[0][name]).dtype.kind in "biu" else None)
-        if scale is not None:
+        kind = np.asarray(iterations(reference)[0][name]).dtype.kind
+        scale = scales.get(name, 1.0 if kind in "biu" else None)
+        if kind not in _MAGNITUDES:  # strings: nothing to deviate by, compared for equality
+            d.bound = "equal"
+        elif scale is not None:
             d.steps, d.bound = d.max_abs / scale, f"<= {max_steps:g} step(s) of scale {scale:.3g}"
             d.passed = d.passed and d.steps <= max_steps
         else:

@@ -18,11 +18,11 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper, numpy_helper
-from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphfix.graph.cost import Cost, gs_node_cost, nodes_cost
 from graphfix.graph.edits import Edit, live_nodes
 from graphfix.graph.importer import all_graphs
+from graphfix.graph.node_export import export_node
 from graphfix.onnxio.proto import Assembled
 from graphfix.verify import precision
 
@@ -177,7 +177,7 @@ def probe_model(original: onnx.ModelProto, regs: list[Region], extra: list[str] 
                     rename[t.name] = prefix + t.name
                     probe.initializers.append(numpy_helper.from_array(np.asarray(t.values), prefix + t.name))
         for n in r.nodes:
-            proto = OnnxExporter.export_node(n)
+            proto = export_node(n)
             proto.name = prefix + (proto.name or n.op)
             proto.input[:] = [rename.get(i, i) for i in proto.input]
             proto.output[:] = [rename.get(o, o) for o in proto.output]

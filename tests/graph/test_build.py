@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_graphsurgeon as gs
+import pytest
 from onnx_graphsurgeon.util.misc import SynchronizedList
 
-from graphfix.graph.build import Builder
+from graphfix.graph.build import Builder, Skip
 
 
 def _attrs(t: gs.Tensor) -> list[tuple[str, object]]:
@@ -38,3 +39,14 @@ def test_builder_constant_links_to_the_node_reading_it():
     assert list(lo.outputs) == [node] and list(lo.inputs) == []
     node.inputs.clear()
     assert list(lo.outputs) == []
+
+
+def test_a_node_whose_attribute_has_another_type_than_its_op_declares_is_a_skip():
+    """contrib-matmul-lower copied FusedConv's ``pads`` -1.0 (a float, fuzzed) onto a Conv: the
+    written model failed onnx's checker; now the rewrite is left with the reason as a finding."""
+    b = Builder(gs.Graph(opset=17), "/n")
+    x = gs.Variable("x", dtype=np.float32, shape=[1, 1, 3, 3])
+    with pytest.raises(Skip, match=r"Conv attribute pads would be FLOAT -1.0 \(the op takes INTS\)"):
+        b.op("Conv", [x, np.ones((1, 1, 1, 1), np.float32)], {"pads": -1.0})
+    assert b.op("Conv", [x, np.ones((1, 1, 1, 1), np.float32)], {"pads": [0, 0, 0, 0], "group": np.int64(1)}) is not None
+    assert b.op("Custom", [x], {"pads": -1.0}, domain="com.example") is not None  # no schema: not judged

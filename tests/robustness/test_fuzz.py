@@ -3,13 +3,22 @@ bit flips, truncations, deleted and duplicated fields, huge declared sizes, bad 
 locations, and semantic ones onnxruntime may crash or hang on (empty input names, symbolic dims,
 endless Loops) — each run through ``graphfix.cli.main.main`` in-process (a crash of onnxruntime in
 graphfix's worker process must be an exit 2 here, not the end of the test process). Every run
-must end with exit 0 or 2, never a traceback; on exit 2 exactly one line on stderr (captured at
+must end with exit 0, 2 or 4 (written, blocking findings left), never 3 or a traceback; on exit 2 exactly one line on stderr (captured at
 the file-descriptor level) and no output file, report, sidecar or temp file; the input and its
-weights unchanged.
+weights unchanged. A share of the cases (``valid_share``; tests/robustness/valid_mutations.py)
+instead mutates one fixture of every registered pass, opt-in ones included, into a model that still
+parses (issue 33): string, bool, fp16 and bf16 outputs beside the rewrite, pathological dim names
+(thousands of terms or unary minuses, huge, unicode, operators) and out-of-spec attributes on the
+nodes of the pass's pattern (wrong types, NaN/inf, huge or negative ints, out-of-range axes, unknown
+enums, removed or repeated). Those also promise no silently wrong output: a model written after
+verification gives the original's results in onnxruntime (:func:`wrong_output`). A case that
+outlasts CASE_SECONDS is interrupted and recorded as a hang; the process is capped at MEMORY.
 
 CI profile: 2000 mutations (about 10 s here before the semantic mutations, which run onnxruntime
-on more of them, ~30 endless Loops each stopped at the 0.5 s budget); ``pytest -m slow``: a
-collecting run over several seeds, 100000 mutations (``GRAPHFIX_FUZZ=N`` for another count), that
+on more of them, ~30 endless Loops each stopped at the 0.5 s budget), 5% of them a pass's fixture
+mutated; ``pytest -m slow``: a collecting run over several seeds, 100000 mutations
+(``GRAPHFIX_FUZZ=N`` for another count, ``GRAPHFIX_FUZZ_VALID`` the share of fixture mutations,
+0.4 unless given), that
 records every broken promise (an exit 3 above all) instead of stopping at the first, and lists
 them at the end.
 """
@@ -17,9 +26,12 @@ them at the end.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import os
+import resource
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +44,9 @@ from onnx import numpy_helper
 from fixtures.recipes._onnx import FLOAT, inp, model, node, out
 from graphfix.cli.main import main
 from graphfix.onnxio.validate import checker_problem
+from graphfix.runtime import session as runtime_session
+from graphfix.runtime import worker as runtime_worker
+from tests.robustness import valid_mutations
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = [
@@ -46,6 +61,10 @@ HUGE = [2**31, 2**40, 2**62, -1, -(2**40), 0]
 TIMEOUT = 0.5
 #: Option sets the runs rotate through: verified, unverified, TensorRT-targeted (check + auto passes).
 OPTIONS = [[], [], ["--no-verify"], ["--passes", "auto", "--trt", "8.6"], ["--trt", "7.2", "--iterations", "2"]]
+#: Options of the cases that mutate a pass's fixture (besides the verification shapes and value
+#: ranges it needs): verified with every pass, with its own pass alone (``--passes`` gets its
+#: name), unverified, or for a release.
+VALID_OPTIONS = [[], [], ["--passes", "?"], ["--no-verify"], ["--passes", "auto", "--trt", "8.6"]]
 Rng = np.random.Generator
 
 
@@ -262,28 +281,44 @@ def _digest(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
-def fuzz(count: int, seed: int, work: Path, capfd, found: list[str] | None = None) -> dict[int, int]:
+def fuzz(count: int, seed: int, work: Path, capfd, found: list[str] | None = None, valid_share: float = 0.0) -> dict[int, int]:
     """``count`` mutated models through the CLI. Each broken promise fails the test at once, or,
-    given ``found``, is recorded there and the run goes on (the case's folder is kept)."""
+    given ``found``, is recorded there and the run goes on (the case's folder is kept).
+    ``valid_share``: the share of cases that are a pass's fixture mutated but still parseable
+    (:mod:`tests.robustness.valid_mutations`), rotating over every pass."""
     rng = np.random.default_rng(seed)
     seeds = _seeds()
+    pass_seeds = valid_mutations.pass_seeds()
     ext_dir = work / "ext"
     ext_dir.mkdir()
     ext_bytes = _external_seed(ext_dir)
     codes: dict[int, int] = {}
+    valid = 0
     for k in range(count):
-        name = seeds[k % len(seeds)]
         case = work / f"case{k}"
         case.mkdir()
-        original = ext_bytes if name == EXTERNAL else (ROOT / "fixtures" / name).read_bytes()
-        if name == EXTERNAL:
-            shutil.copy(ext_dir / "in.data", case / "in.data")
-        data, what = mutate(original, rng)
+        if rng.random() < valid_share:
+            ps = pass_seeds[valid % len(pass_seeds)]
+            valid += 1
+            data, what = valid_mutations.mutate_seed(ps, rng)
+            oracle = ps.pass_list != "all"  # opt-in rewrites change results by design
+            name = f"{ps.pass_name}: {ps.path.name}"
+            extra = [*ps.options, *(ps.pass_list if o == "?" else o for o in VALID_OPTIONS[int(rng.integers(len(VALID_OPTIONS)))])]
+        else:
+            name = seeds[k % len(seeds)]
+            original = ext_bytes if name == EXTERNAL else (ROOT / "fixtures" / name).read_bytes()
+            if name == EXTERNAL:
+                shutil.copy(ext_dir / "in.data", case / "in.data")
+            data, what = mutate(original, rng)
+            extra = OPTIONS[int(rng.integers(len(OPTIONS)))]
+            oracle = False
         src = case / "in.onnx"
         src.write_bytes(data)
-        extra = OPTIONS[int(rng.integers(len(OPTIONS)))]
+        label = f"seed {seed} case {k} ({name}: {what}; {' '.join(extra)})"
+        if CURRENT:
+            Path(CURRENT).write_text(label + "\n")
         try:
-            rc = _check_case(case, extra, capfd, f"seed {seed} case {k} ({name}: {what}; {' '.join(extra)})")
+            rc = _check_case(case, extra, capfd, label, oracle)
         except AssertionError as failed:
             if found is None:
                 raise
@@ -294,18 +329,26 @@ def fuzz(count: int, seed: int, work: Path, capfd, found: list[str] | None = Non
     return codes
 
 
+#: ``GRAPHFIX_FUZZ_CURRENT=FILE``: each case's label is written there before it runs, so that a
+#: crash of the test process itself (a segfault in graphfix's own process) names its case.
+CURRENT = os.environ.get("GRAPHFIX_FUZZ_CURRENT")
+
+
 #: How many runs ended because onnxruntime crashed or outlasted --timeout in graphfix's worker.
 RUNTIME_STOPS: collections.Counter[str] = collections.Counter()
 
 
-def _check_case(case: Path, extra: list[str], capfd, label: str) -> int:
+def _check_case(case: Path, extra: list[str], capfd, label: str, oracle: bool = False) -> int:
     """One run on ``case/in.onnx``: exit 0 with the files written, or exit 2 with one line and
-    nothing written; the input and its weights untouched either way."""
+    nothing written; the input and its weights untouched either way. ``oracle``: a model written
+    after verification gives the original's results (:func:`wrong_output`)."""
     before = {p.name: _digest(p) for p in case.iterdir()}
     dst, rep = case / "out.onnx", case / "r.json"
-    rc = main([str(case / "in.onnx"), str(dst), "--quiet", "--report", str(rep), "--timeout", str(TIMEOUT), *extra])
+    with _watchdog() as hung:
+        rc = main([str(case / "in.onnx"), str(dst), "--quiet", "--report", str(rep), "--timeout", str(TIMEOUT), *extra])
     err = capfd.readouterr().err
     label = f"{label} exit {rc}: {err!r}"
+    assert not hung, f"{label} hung: interrupted after {CASE_SECONDS} s"
     assert rc in (0, 2, 4), label  # 4: written, but the --trt target still rejects it
     for kind in ("died of", "did not finish"):  # onnxruntime crashed / hung in the worker: exit 2
         RUNTIME_STOPS[kind] += kind in err
@@ -319,14 +362,105 @@ def _check_case(case: Path, extra: list[str], capfd, label: str) -> int:
         # nothing, or only what onnxruntime runs (an output typed without a shape)
         assert checker_problem(onnx.load(str(dst))) is None, label
         assert rep.exists() and not [p for p in case.iterdir() if p.name.startswith(".")], label
+        if oracle and "--no-verify" not in extra:
+            wrong = wrong_output(case)
+            assert wrong is None, f"{label} silently wrong output: {wrong}"
     return rc
 
 
+#: Seconds one case may take in graphfix's own process (they take well under one; onnxruntime's
+#: steps are stopped at TIMEOUT in the worker) before the run is interrupted as a Ctrl-C would:
+#: a hang is then a broken promise of its case, not the end of a collecting run.
+CASE_SECONDS = 60
+
+
+@contextlib.contextmanager
+def _watchdog():
+    """Inside: SIGALRM after CASE_SECONDS raises KeyboardInterrupt (graphfix's exit 130); the list
+    yielded says whether it fired."""
+    fired: list[bool] = []
+
+    def interrupt(signum, frame):  # noqa: ARG001 - signal's signature
+        fired.append(True)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
+    try:
+        yield fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+#: The oracle's tolerance, far wider than graphfix's (a rewrite rounds differently; fp16/bf16 by 4
+#: of their ulps): what it flags is a wrong rewrite, not rounding.
+ORACLE_TOLERANCE = {np.dtype(np.float16): 1e-2, "bfloat16": 5e-2}
+
+
+def _differs(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return True
+    if a.dtype.kind != "f":
+        return bool((a != b).any())
+    tol = ORACLE_TOLERANCE.get(a.dtype, ORACLE_TOLERANCE.get(a.dtype.name, 1e-3))
+    x, y = a.astype(np.float64), b.astype(np.float64)
+    scale = float(np.abs(x[np.isfinite(x)]).max()) if np.isfinite(x).any() else 1.0
+    return not np.allclose(x, y, rtol=tol, atol=tol * max(scale, 1.0), equal_nan=True)
+
+
+def wrong_output(case: Path) -> str | None:
+    """The outputs of ``case/in.onnx`` and the written ``case/out.onnx``, run in graphfix's
+    onnxruntime worker (a crash is onnxruntime's, not the test process's) on the inputs graphfix
+    verified with (the report's polygraphy inputs): the first output that differs beyond rounding,
+    and not because onnxruntime's own result varies from run to run (the original run again
+    disagrees with itself), or None. No report inputs (nothing was verified) or onnxruntime
+    failing here: None; the run's promise is judged by its exit and files."""
+    inputs = case / "r.inputs.json"
+    if not inputs.exists():
+        return None
+    from polygraphy.json import load_json
+
+    try:
+        with runtime_worker.time_budget(30):
+            before = runtime_session.session(onnx.load(str(case / "in.onnx")), case)
+            after = runtime_session.session(onnx.load(str(case / "out.onnx")), case)
+            for i, feed in enumerate(load_json(str(inputs))):
+                want, got = before.run_named(dict(feed)), after.run_named(dict(feed))
+                for name, value in want.items():
+                    if name in got and _differs(value, got[name]) and not _differs(value, before.run_named(dict(feed))[name]):
+                        return f"output {name!r} differs on input set {i}"
+    except Exception:  # noqa: BLE001 - onnxruntime refusing or failing here decides nothing
+        return None
+    return None
+
+
+#: Address space of the test process (and so of graphfix's worker) while it fuzzes: a mutation that
+#: makes graphfix allocate without bound (an ``axis`` of -2147483649 expanded into a list) is then
+#: a MemoryError of its case, not the machine's out-of-memory killer ending the run.
+MEMORY = 6 << 30
+
+
+@contextlib.contextmanager
+def _capped():
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY if hard == resource.RLIM_INFINITY else min(MEMORY, hard), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def test_fuzz_cli(tmp_path, capfd):
-    codes = fuzz(2000, 20240609, tmp_path, capfd)
+    with _capped():
+        codes = fuzz(2000, 20240609, tmp_path, capfd, valid_share=0.05)
     assert codes.get(0, 0) >= 100 and codes.get(2, 0) >= 1000, codes  # both paths are exercised
 
 
+#: The share of the collecting run's cases that mutate a pass's fixture into a model that still parses
+#: (``GRAPHFIX_FUZZ_VALID`` for another).
+VALID_SHARE = float(os.environ.get("GRAPHFIX_FUZZ_VALID", "0.4"))
 #: Seeds of the collecting run; ``GRAPHFIX_FUZZ_SEEDS=7,11`` picks some (to run them in parallel).
 SLOW_SEEDS = (7, 11, 13, 17, 19)
 
@@ -343,7 +477,9 @@ def test_fuzz_cli_collecting(tmp_path, capfd):
     for seed in seeds:
         work = tmp_path / f"seed{seed}"
         work.mkdir()
-        for rc, n in fuzz(-(-total // len(seeds)), seed, work, capfd, found).items():
+        with _capped():
+            ran = fuzz(-(-total // len(seeds)), seed, work, capfd, found, VALID_SHARE)
+        for rc, n in ran.items():
             codes[rc] = codes.get(rc, 0) + n
     summary = f"{sum(codes.values()) + len(found)} mutations in {time.monotonic() - started:.0f} s, exits {codes}"
     with capfd.disabled():

@@ -14,7 +14,8 @@ import pytest
 
 import graphfix
 from graphfix.errors import GraphfixError
-from graphfix.settings.checks import ARGUMENTS
+from graphfix.runtime.worker import DEFAULT_TIMEOUT, MAX_TIMEOUT
+from graphfix.settings.checks import ARGUMENTS, LOWEST_CONVERT_OPSET, MAX_ITERATIONS
 from tests.helpers.cli_runs import FIXTURE, ROOT
 
 
@@ -65,10 +66,40 @@ def test_skip_and_force_take_a_comma_separated_string_like_passes(src):
     assert "fold-clip" not in [p.name for p in ran.report.passes]
 
 
+def _defaults() -> dict[str, str]:
+    """Every public argument's default as the docs show it (``repr``; "required" for none)."""
+    found: dict[str, str] = {}
+    for function in (graphfix.fix, graphfix.FixResult.save, graphfix.FixResult.save_report):
+        for name, p in inspect.signature(function).parameters.items():
+            if name != "self":
+                found.setdefault(name, "required" if p.default is inspect.Parameter.empty else repr(p.default))
+    return found
+
+
 def test_every_argument_has_its_description_in_the_checks_and_the_docs():
-    """A new keyword of graphfix.fix gets its type test and its line in docs/cli.md."""
+    """A new keyword of graphfix.fix gets its type test and its row in docs/cli.md: what it takes
+    and its default."""
     docs = (ROOT / "docs" / "cli.md").read_text()
-    names = [*inspect.signature(graphfix.fix).parameters, "path", "external_data"]
-    assert [n for n in names if n not in ARGUMENTS] == []
-    rows = {line.split(" | ")[0].strip("| `"): line for line in docs.splitlines() if line.startswith("| `")}
-    assert [n for n in names if not rows.get(n, "").endswith(f"| {ARGUMENTS[n][1]} |")] == []
+    defaults = _defaults()
+    assert [n for n in defaults if n not in ARGUMENTS] == []
+    rows = {line.split(" | ")[0].strip("| `"): line.split(" | ") for line in docs.splitlines() if line.startswith("| `")}
+    assert [n for n in defaults if n not in rows or rows[n][-1] != f"{ARGUMENTS[n][1]} |"] == []
+    shown = {n: rows[n][2] for n in defaults}
+    assert [n for n, d in defaults.items() if not shown[n].startswith(d if d == "required" else f"`{d}`")] == [], shown
+
+
+@pytest.mark.parametrize("function", [graphfix.fix, graphfix.FixResult.save, graphfix.FixResult.save_report],
+                         ids=["fix", "save", "save_report"])
+def test_the_docstring_lists_what_each_argument_takes_and_its_default(function):
+    doc = inspect.getdoc(function)
+    defaults = _defaults()
+    missing = [n for n in inspect.signature(function).parameters
+               if n != "self" and f"- ``{n}`` [{defaults[n]}]: {ARGUMENTS[n][1]}" not in doc]
+    assert missing == [], doc
+
+
+def test_the_documented_limits_are_the_checked_ones():
+    """The words of ARGUMENTS name limits that live in other modules: they must stay true."""
+    assert f"None ({DEFAULT_TIMEOUT:g} s)" in ARGUMENTS["timeout"][1] and f"at most {MAX_TIMEOUT:g}" in ARGUMENTS["timeout"][1]
+    assert f"0..{2**32 - 1}" in ARGUMENTS["seed"][1] and f"1..{MAX_ITERATIONS}" in ARGUMENTS["iterations"][1]
+    assert f"from {LOWEST_CONVERT_OPSET} " in ARGUMENTS["convert_opset"][1]

@@ -50,3 +50,14 @@ def test_strings_that_differ_fail_by_equality_and_say_how_many():
     diff = compare.compare(ref, cand, 1.0, 1.0)["s"]
     assert not diff.passed and "1 of 3" in diff.note and "equality" in diff.note
     assert compare.compare(ref, ref, 0.0, 0.0)["s"].passed
+
+
+def test_an_inexact_steps_deviation_of_a_string_output_is_equality():
+    """--dequantize-dynamic beside a string output exited 3 (``abs()`` of str measuring the
+    output's peak): found by the fuzz's string outputs."""
+    ref = _results({"s": np.array(["cat", "dog"], dtype=object), "y": np.array([1.0, 2.0], np.float32)})
+    same = _results({"s": np.array(["cat", "dog"], dtype=object), "y": np.array([1.0, 2.01], np.float32)})
+    other = _results({"s": np.array(["cat", "cow"], dtype=object), "y": np.array([1.0, 2.0], np.float32)})
+    kept = compare.deviation(ref, same, {}, 4.0, 0.05)
+    assert kept["s"].passed and kept["s"].bound == "equal" and kept["y"].passed
+    assert not compare.deviation(ref, other, {}, 4.0, 0.05)["s"].passed
