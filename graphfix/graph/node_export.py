@@ -11,6 +11,7 @@ declares, INTS where it declares none.
 from __future__ import annotations
 
 import functools
+import heapq
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -32,14 +33,68 @@ class TypedEmpty(list):
 
 
 def export_node(node: gs.Node) -> onnx.NodeProto:
-    """``node`` as onnx-graphsurgeon exports it, its empty list attributes typed (see above)."""
+    """``node`` as onnx-graphsurgeon exports it, its empty list attributes typed (see above), its
+    bodies in topological order (a pass appends what it adds to a body; onnxruntime refuses a body
+    whose node reads a tensor defined after it: "Nodes in a graph must be topologically sorted")."""
     if not any(_empty(v) for v in node.attrs.values()):
-        return OnnxExporter.export_node(node)
-    proto = onnx.helper.make_node(node.op, inputs=[t.name for t in node.inputs], outputs=[t.name for t in node.outputs],
-                                  name=node.name, domain=node.domain)
-    for key, value in node.attrs.items():
-        proto.attribute.extend(export_attribute(node, key, value))
+        proto = OnnxExporter.export_node(node)
+    else:
+        proto = onnx.helper.make_node(node.op, inputs=[t.name for t in node.inputs],
+                                      outputs=[t.name for t in node.outputs], name=node.name, domain=node.domain)
+        for key, value in node.attrs.items():
+            proto.attribute.extend(export_attribute(node, key, value))
+    for a in proto.attribute:
+        for sub in [a.g] if a.type == _A.GRAPH else list(a.graphs):
+            sort_graph(sub)
     return proto
+
+
+def sort_graph(g: onnx.GraphProto) -> None:
+    """``g``'s nodes (and its bodies', first) in topological order, in place, the stored order kept
+    where it holds; a name ``g`` does not produce is read from an enclosing scope."""
+    reads: list[set[str]] = []
+    for n in g.node:
+        names = set(n.input)
+        for a in n.attribute:
+            for sub in [a.g] if a.type == _A.GRAPH else list(a.graphs):
+                sort_graph(sub)
+                names |= _names_read(sub)
+        reads.append(names)
+    producer = {o: k for k, n in enumerate(g.node) for o in n.output if o}
+    deps = [{producer[i] for i in names if i in producer} - {k} for k, names in enumerate(reads)]
+    if all(d < k for k, ds in enumerate(deps) for d in ds):
+        return
+    users: list[list[int]] = [[] for _ in deps]
+    for k, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(k)
+    waiting = [len(ds) for ds in deps]
+    ready = [k for k, w in enumerate(waiting) if not w]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for u in users[k]:
+            waiting[u] -= 1
+            if not waiting[u]:
+                heapq.heappush(ready, u)
+    placed = set(order)
+    order += [k for k in range(len(deps)) if k not in placed]  # a cycle: left as stored, for onnxruntime to name
+    nodes = [g.node[k] for k in order]
+    del g.node[:]
+    g.node.extend(nodes)
+
+
+def _names_read(g: onnx.GraphProto) -> set[str]:
+    """Every name ``g``'s nodes (and their bodies') read: a superset of what it reads from outside."""
+    names: set[str] = {o.name for o in g.output}
+    for n in g.node:
+        names.update(n.input)
+        for a in n.attribute:
+            for sub in [a.g] if a.type == _A.GRAPH else list(a.graphs):
+                names |= _names_read(sub)
+    return names
 
 
 def export_attribute(node: gs.Node, key: str, value: object) -> list[onnx.AttributeProto]:
