@@ -1,6 +1,6 @@
 """Issue 34's first promise on every fixture file with If/Loop/Scan bodies (exports of real model
 code: optimum's merged Whisper decoder, TorchScript's voice-activity detector, tf2onnx's while_loop
-and map_fn, jax2onnx's scanned RNN, torchvision's detectors, ...): ``--passes auto --trt 8.5``
+and map_fn, jax2onnx's scanned RNN, spox's stateless Scan, torchvision's detectors, ...): ``--passes auto --trt 8.5``
 leaves no node inside any body that a pass would rewrite, keeps every rewrite (parity: nothing
 rolled back, the end-to-end comparison passed), writes a model onnx's strict shape inference
 accepts whenever it accepted the input, and a second run changes nothing.
@@ -36,7 +36,8 @@ BODIED = [p for p in sorted(ROOT.glob("fixtures/*/*.onnx")) if _has_bodies(onnx.
 #: Found by the walk above; listed so that losing one (or its bodies) fails.
 EXPECTED = {"jax2onnx_scan_rnn_op23", "tf2onnx_while_loop_op13", "tf2onnx_map_fn_op13", "optimum_whisper_decoder_merged",
             "torchscript_vad_sr_switch", "fasterrcnn_op11", "fasterrcnn_transform_rpn", "maskrcnn_paste_masks",
-            "ssdlite_op11", "vitmatte_like", "scatter_reduce_amax", "legacy_rank_test", "squeeze_static_dim"}
+            "ssdlite_op11", "vitmatte_like", "scatter_reduce_amax", "legacy_rank_test", "squeeze_static_dim",
+            "spox_scan_map"}
 
 
 #: Declared shapes the model contradicts: strict inference accepts the input only because it cannot
