@@ -1,7 +1,8 @@
 """`graphfix check`'s If/Loop/Scan findings on the real exports that hold control flow agree with
 what the onnx-tensorrt importers of 8.2, 8.5, 8.6 and 10.1 do with them (a table per fixture and
-release, each expected finding with the importer line it rests on). No fixture holds a Scan: the
-Scan rules are covered on hand-made models (tests/check/test_loop_scan_rules.py)."""
+release, each expected finding with the importer line it rests on). One fixture holds a Scan
+(spox_scan_map, stateless); the other Scan rules are covered on hand-made models
+(tests/check/test_loop_scan_rules.py)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,10 @@ EXPECTED: dict[str, dict[str, set[tuple[str, str, str, str]]]] = {
     "torchscript_vad_sr_switch": {v: {(p, "If", "blocking", "if-branch-rank") for p in _VAD_IFS} for v in RELEASES},
     # scatter_reduce's Ifs: a condition that folds, which if-inline inlines (a pass's finding, not a restriction).
     "scatter_reduce_amax": {v: {("/If", "If", "blocking", "if-inline")} for v in RELEASES},
+    # spox's op.scan with no state variable (a map over T, non-negative axes): DEFINE_BUILTIN_OP_IMPORTER(Scan)
+    # (builtin_op_importers.cpp 7.1..9.3, onnxOpImporters.cpp 10.0-GA/10.1-GA) calls registerLayer(stateVars.at(0), ...),
+    # std::out_of_range on an empty state list, at every release: scan-normalize's finding (it adds a scalar state).
+    "spox_scan_map": {v: {("Scan_0", "Scan", "blocking", "scan-normalize")} for v in RELEASES},
     # no control flow the importers refuse (LSTM is its own importer; the detectors' Ifs have agreeing branches)
     "ortquant_lstm_dynamic_s8": {},
     "fasterrcnn_op11": {},
