@@ -107,3 +107,14 @@ def test_the_checker_goes_on_past_an_output_typed_without_a_shape(tmp_path, capf
                           [helper.make_tensor(n, TensorProto.FLOAT, [], [v]) for n, v in (("a", 0.0), ("b", 4.0), ("c", 1.0))])
     err = _refused(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), tmp_path, capfd, "--no-verify")
     assert "Range" in err, err
+
+
+def test_an_output_with_no_type_beside_one_without_a_shape_is_accepted(tmp_path, capfd):
+    """The scripted VAD's outputs: one typed without a shape (where the checker stops), one with no
+    type at all (which it reaches once it goes on): onnxruntime runs the model, so graphfix takes it."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["z"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None), onnx.ValueInfoProto(name="z")])
+    src = tmp_path / "m.onnx"
+    src.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    assert main([str(src), str(tmp_path / "out.onnx"), "--quiet", "--no-verify"]) == 0, capfd.readouterr().err

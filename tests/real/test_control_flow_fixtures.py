@@ -46,18 +46,8 @@ STALE_SHAPES = {"scatter_reduce_amax": "the export declares [24] for the second 
                                        "which the model computes as [3, 8] (fixtures/real/README.md)"}
 
 
-#: Known product bugs that stop a fixture's run, each a strict xfail (reported, not fixed here).
-#: graphfix refuses the file at load since c285f4a ("the checker goes on past an output typed without
-#: a shape"): the TorchScript export declares output 'stateN' with an empty TypeProto (no tensor_type),
-#: onnx.checker then says "Unrecognized type value case (value_info name: stateN): 0", which is not
-#: tolerated; onnxruntime runs the file and 86c71d8's graphfix checked and fixed it.
-REFUSED = {"torchscript_vad_sr_switch": "graphfix refuses it at load since c285f4a: 'invalid graph: Unrecognized type value "
-                                        "case (value_info name: stateN): 0' (an output with an empty type; onnxruntime runs it)"}
-
-
 def _param(path: Path):
-    marks = [pytest.mark.xfail(strict=True, reason=REFUSED[path.stem])] if path.stem in REFUSED else []
-    return pytest.param(path, id=path.stem, marks=marks)
+    return pytest.param(path, id=path.stem)
 
 
 @contextlib.contextmanager
@@ -107,9 +97,6 @@ def test_auto_leaves_no_rewritable_node_in_any_body_with_parity_and_a_second_run
     assert again.model.SerializeToString() == result.model.SerializeToString()
 
 
-@pytest.mark.xfail(strict=True, reason="the probe model exports a rewritten Scan's body unsorted: onnxruntime refuses it "
-                                       "('Nodes in a graph must be topologically sorted, however input "
-                                       "Scan_0_body__LayerNormalization_0_Y ...'), so verification falls back to pass by pass")
 def test_a_rewritten_scan_body_is_verified_by_the_probe_run():
     """spox_scan_map: scan-normalize, layernorm-decompose and castlike-to-cast rewrite the Scan and
     its body; the region (the Scan) is compared in the one probe run, not pass by pass."""
