@@ -264,7 +264,7 @@ def _declared_problem(graph: onnx.GraphProto) -> str | None:
 #: endless loop in C++, not an exception: the end of graphfix's process or a run that never
 #: ends), by op and name, with the values onnx handles. onnxruntime runs none of the refused
 #: values (GatherND: batch_dims -1 fails in its kernel; Einsum's spec allows letters, commas,
-#: "->", "..." and spaces). Found by the mutation fuzz (tests/robustness/valid_mutations.py, onnx 1.23).
+#: "->", "..." and spaces). Found by the mutation fuzz (tests/helpers/valid_mutations.py, onnx 1.23).
 _EINSUM_CHARACTERS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ,.-> ")
 _INFERENCE_CRASHES: dict[str, dict[str, Callable[[onnx.AttributeProto], bool]]] = {
     "GatherND": {"batch_dims": lambda a: 0 <= a.i < 2**31},  # -2147483649 segfaults infer_shapes

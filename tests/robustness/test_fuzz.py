@@ -5,7 +5,7 @@ endless Loops) — each run through ``graphfix.cli.main.main`` in-process (a cra
 graphfix's worker process must be an exit 2 here, not the end of the test process). Every run
 must end with exit 0, 2 or 4 (written, blocking findings left), never 3 or a traceback; on exit 2 exactly one line on stderr (captured at
 the file-descriptor level) and no output file, report, sidecar or temp file; the input and its
-weights unchanged. A share of the cases (``valid_share``; tests/robustness/valid_mutations.py)
+weights unchanged. A share of the cases (``valid_share``; tests/helpers/valid_mutations.py)
 instead mutates one fixture of every registered pass, opt-in ones included, into a model that still
 parses (issue 33): string, bool, fp16 and bf16 outputs beside the rewrite, pathological dim names
 (thousands of terms or unary minuses, huge, unicode, operators) and out-of-spec attributes on the
@@ -46,7 +46,7 @@ from graphfix.cli.main import main
 from graphfix.onnxio.validate import checker_problem
 from graphfix.runtime import session as runtime_session
 from graphfix.runtime import worker as runtime_worker
-from tests.robustness import valid_mutations
+from tests.helpers import valid_mutations
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = [
@@ -285,7 +285,7 @@ def fuzz(count: int, seed: int, work: Path, capfd, found: list[str] | None = Non
     """``count`` mutated models through the CLI. Each broken promise fails the test at once, or,
     given ``found``, is recorded there and the run goes on (the case's folder is kept).
     ``valid_share``: the share of cases that are a pass's fixture mutated but still parseable
-    (:mod:`tests.robustness.valid_mutations`), rotating over every pass."""
+    (:mod:`tests.helpers.valid_mutations`), rotating over every pass."""
     rng = np.random.default_rng(seed)
     seeds = _seeds()
     pass_seeds = valid_mutations.pass_seeds()
