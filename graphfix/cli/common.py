@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -37,7 +38,8 @@ def _exit(exc: BaseException, verbose: bool) -> int:
         raise exc
     if isinstance(exc, GraphfixError):
         return _say(f"graphfix: error: {exc}", exc.exit_code)
-    if isinstance(exc, MemoryError):
+    if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
+        # ENOMEM: the kernel refused a map or a process (the worker, a spilled run) under a memory cap
         return _say("graphfix: error: out of memory (the model or its inputs are too large for this machine)", 2)
     return _say(f"graphfix: internal error: {type(exc).__name__}: {first_line(exc)} "
                 "(a bug in graphfix; --verbose shows the traceback)", EXIT_BUG)
