@@ -20,7 +20,7 @@ from graphfix.fs.signals import Terminated, signal_raised
 EXIT_BUG, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_BROKEN_PIPE = 3, 130, 143, 141
 
 
-def _exit(exc: BaseException, verbose: bool) -> int:
+def exit_code(exc: BaseException, verbose: bool) -> int:
     """The one line and the exit code for an exception that ended the run."""
     if isinstance(exc, SystemExit):  # --help / --version
         return exc.code if isinstance(exc.code, int) else 0

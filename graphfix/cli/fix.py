@@ -12,7 +12,7 @@ from pathlib import Path
 from graphfix import engine as trt_engine
 from graphfix.api import FixResult, fix, write_report_files
 from graphfix.check.findings import data_source_lines, finding_groups, from_data
-from graphfix.cli.common import _exit, discard_stdout
+from graphfix.cli.common import discard_stdout, exit_code
 from graphfix.engine import command_lines, parse_profile_shapes
 from graphfix.errors import GraphfixError, OnnxruntimeDied, first_line, visible
 from graphfix.fs import signals
@@ -213,7 +213,7 @@ def _fix_many(args: argparse.Namespace) -> int:
         try:
             code = fix_one(one)
         except (GraphfixError, OnnxruntimeDied) as exc:  # the model is refused; the others go on
-            code = _exit(exc, False)
+            code = exit_code(exc, False)
         finally:
             gc.enable()  # the last model's graph goes before the next one's comes
         codes.append(code)

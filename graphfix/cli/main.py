@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 
 from graphfix import __version__
 from graphfix.cli.commands import COMMANDS
-from graphfix.cli.common import EXIT_BROKEN_PIPE, _exit, discard_stdout, quiet_libraries, stderr_silenced
+from graphfix.cli.common import EXIT_BROKEN_PIPE, discard_stdout, exit_code, quiet_libraries, stderr_silenced
 from graphfix.errors import GraphfixError, cut
 from graphfix.fs.signals import deferred_signals, signal_raised, signals_as_exceptions
 
@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with signals_as_exceptions(redeliver=False):
             code = _main(args_list, verbose)
     except BaseException as exc:  # noqa: BLE001 - every way out is one line and an exit code
-        code = _exit(exc, verbose)
+        code = exit_code(exc, verbose)
     if argv is None:  # the process is ours: a late signal must not turn this exit code into a kill
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, signal.SIG_IGN)

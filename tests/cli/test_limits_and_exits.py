@@ -18,6 +18,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import graphfix
+from graphfix.cli.common import exit_code
 from graphfix.cli.main import main
 from graphfix.errors import GraphfixError
 
@@ -174,3 +175,11 @@ def test_passes_read_to_the_end_exits_0_and_loses_nothing():
     piped = subprocess.run(["bash", "-c", f"{sys.executable} -m graphfix passes --markdown | cat; exit ${{PIPESTATUS[0]}}"],
                            capture_output=True, text=True, env=ENV, timeout=120)
     assert piped.returncode == 0 and piped.stdout == whole.stdout
+
+
+@pytest.mark.parametrize("exc", [MemoryError(), OSError(12, "Cannot allocate memory")])
+def test_running_out_of_memory_is_one_line_and_exit_2(exc, capsys):
+    """A MemoryError, or the kernel refusing a map or the worker process under a memory cap (ENOMEM;
+    the fuzz's case 0 under its address-space cap), is the out-of-memory line, not an internal error."""
+    assert exit_code(exc, verbose=False) == 2
+    assert capsys.readouterr().err.strip() == "graphfix: error: out of memory (the model or its inputs are too large for this machine)"
