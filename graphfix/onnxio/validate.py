@@ -334,6 +334,8 @@ def _graph_problem(graph: onnx.GraphProto, declared: bool = True, seen: _Seen | 
                 return f"attribute '{a.name}' of {op} node '{n.name or op}' is {shown}, out of its range (onnx's shape inference crashes or hangs on it)"
             if a.HasField("t"):
                 tensors.append(a.t)
+            elif a.type == _A.TENSOR:  # the fuzz's "clear AttributeProto.t": exit 3 in the export and the report
+                return f"attribute '{a.name}' of node '{n.name or op}' is a tensor attribute without its tensor"
             tensors.extend(a.tensors)
             for g in [a.g] if a.HasField("g") else list(a.graphs):
                 seen.subgraphs.append(g)

@@ -118,3 +118,15 @@ def test_an_output_with_no_type_beside_one_without_a_shape_is_accepted(tmp_path,
     src = tmp_path / "m.onnx"
     src.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
     assert main([str(src), str(tmp_path / "out.onnx"), "--quiet", "--no-verify"]) == 0, capfd.readouterr().err
+
+
+def test_a_tensor_attribute_without_its_tensor_is_refused(tmp_path, capfd):
+    """A Constant whose ``value`` attribute lost its tensor (the fuzz's seed 13 case 9079) reached the
+    export ("Unsupported type: 0") and the report (bytes in JSON): exit 3. One line, exit 2."""
+    model = _clip_model()
+    value = onnx.AttributeProto(name="value", type=onnx.AttributeProto.TENSOR)
+    node = helper.make_node("Constant", [], ["k"], name="k")
+    node.attribute.append(value)
+    model.graph.node.insert(0, node)
+    err = _refused(model, tmp_path, capfd)
+    assert "tensor attribute without its tensor" in err, err
