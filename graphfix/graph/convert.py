@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import heapq
 from collections.abc import Callable, Collection
 from itertools import islice
 
@@ -17,6 +16,7 @@ from graphfix.graph.edits import bodies, live_nodes, outer_reads
 from graphfix.graph.importer import all_graphs, fingerprint, import_typed
 from graphfix.graph.infer import complete
 from graphfix.graph.node_export import export_node
+from graphfix.graph.order import stable_order
 from graphfix.graph.scopes import BodyExporter, has_bodies
 from graphfix.onnxio.collector import collector_off
 from graphfix.onnxio.infer import inferred, value_infos
@@ -43,26 +43,13 @@ def _prune_and_sort(g: gs.Graph) -> None:
         g.nodes = nodes
         return
     index = {id(n): k for k, n in enumerate(nodes)}
-    waiting = [0] * len(nodes)
-    users: list[list[int]] = [[] for _ in nodes]
+    deps = []
     for k, n in enumerate(nodes):
         reads = [t for t in n.inputs if t.name]
         for sub in n.subgraphs():
             reads.extend(outer_reads(sub))
-        deps = {index[id(p)] for t in reads for p in t.inputs if id(p) in index} - {k}
-        waiting[k] = len(deps)
-        for j in deps:
-            users[j].append(k)
-    ready = [k for k in range(len(nodes)) if not waiting[k]]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        k = heapq.heappop(ready)
-        order.append(k)
-        for u in users[k]:
-            waiting[u] -= 1
-            if not waiting[u]:
-                heapq.heappush(ready, u)
+        deps.append({index[id(p)] for t in reads for p in t.inputs if id(p) in index} - {k})
+    order = stable_order(deps)
     if len(order) != len(nodes):  # a cycle: leave it to onnx-graphsurgeon (and its error)
         g.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=False).toposort(recurse_subgraphs=False)
         return

@@ -11,11 +11,12 @@ declares, INTS where it declares none.
 from __future__ import annotations
 
 import functools
-import heapq
 
 import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
+
+from graphfix.graph.order import stable_order
 
 _A = onnx.AttributeProto
 _LISTS = frozenset({_A.FLOATS, _A.INTS, _A.STRINGS, _A.TENSORS, _A.GRAPHS, _A.SPARSE_TENSORS, _A.TYPE_PROTOS})
@@ -64,21 +65,7 @@ def sort_graph(g: onnx.GraphProto) -> None:
     deps = [{producer[i] for i in names if i in producer} - {k} for k, names in enumerate(reads)]
     if all(d < k for k, ds in enumerate(deps) for d in ds):
         return
-    users: list[list[int]] = [[] for _ in deps]
-    for k, ds in enumerate(deps):
-        for d in ds:
-            users[d].append(k)
-    waiting = [len(ds) for ds in deps]
-    ready = [k for k, w in enumerate(waiting) if not w]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        k = heapq.heappop(ready)
-        order.append(k)
-        for u in users[k]:
-            waiting[u] -= 1
-            if not waiting[u]:
-                heapq.heappush(ready, u)
+    order = stable_order(deps)
     placed = set(order)
     order += [k for k in range(len(deps)) if k not in placed]  # a cycle: left as stored, for onnxruntime to name
     nodes = [g.node[k] for k in order]
