@@ -574,6 +574,11 @@ class _Server:
         weights = unpack(fds[1] if len(fds) > 1 else None, msg["layout"], {})
         options = ort.SessionOptions()
         options.log_severity_level = 4
+        # No arena: its regions double and, near RLIMIT_DATA, back off to whatever the limit leaves,
+        # so the next plain allocation fails; a model well inside --max-memory was refused on a
+        # machine with more threads. Without it the budget measures the model's tensors (run time
+        # within 5% on the largest real fixtures).
+        options.enable_cpu_mem_arena = False
         if msg["tuned"]:  # see graphfix.onnxio.external.session
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             options.enable_mem_pattern = False
