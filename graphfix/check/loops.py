@@ -263,7 +263,7 @@ LOOP_RESTRICTIONS: tuple[Restriction, ...] = (
                 _ONE_SHAPE, error="loop-carried-shape-changes"),
     Restriction("loop-iteration-without-trip-count", LOOP, LIMIT, ">=7.0", _iteration_without_trip_count,
                 f"{_LOOP_SRC}: the iteration number is registered only inside 'if (inputs[0])' (7.0: the trip count tensor; "
-                "7.2.1, 8.0-GA..main: addLoopCounter), {_ALL_BRANCHES}; ModelImporter.cpp parseGraph: "
+                f"7.2.1, 8.0-GA..main: addLoopCounter), {_ALL_BRANCHES}; ModelImporter.cpp parseGraph: "
                 "ASSERT(ctx->tensors().count(inputName)) 'Node input was not registered.' (8.0-GA..10.1-GA)",
                 _COUNTER),
     Restriction("loop-iteration-max-trip-count", LOOP, LIMIT, ">=8.5", _iteration_with_max_trip_count,

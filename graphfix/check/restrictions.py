@@ -138,6 +138,26 @@ def _dims_mismatch(node: gs.Node, ctx: Context) -> str | None:
         if differ else None
 
 
+def _dims_may_differ(node: gs.Node, ctx: Context) -> str | None:
+    """Same rank, no static dims that differ, but a static dim against a symbolic one (optimum's
+    merged decoder: the with-past branch returns a [0, H, 1, D] placeholder where the other returns
+    [batch, H, encoder_length, D]): one shape only for inputs that make the symbol that size."""
+    pairs = branch_pairs(node)
+    if pairs is None or not runtime_condition(node, ctx.folder):
+        return None
+    differ = []
+    for k, (a, b) in enumerate(pairs):
+        if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+            continue
+        dims = list(zip(a.shape, b.shape, strict=True))
+        if any(isinstance(x, int) and isinstance(y, int) and x != y for x, y in dims):
+            continue  # if-branch-dims
+        if any(isinstance(x, int) != isinstance(y, int) and isinstance(x, int | str) and isinstance(y, int | str) for x, y in dims):
+            differ.append(f"output {k}: then '{a.name}' {list(a.shape)}, else '{b.name}' {list(b.shape)}")
+    return (f"then/else outputs agree in shape only for inputs that give a symbolic dim the other branch's static size "
+            f"({'; '.join(differ)}) and the condition is computed at runtime") if differ else None
+
+
 _DECIDE_IF = ("decide the If before TensorRT: graphfix --set-input NAME=VALUE for a condition a flag or a sample rate gives, "
               "--fix-shapes NAME:dims for one a dynamic length gives (then if-inline folds it)")
 _SPLIT_DECODERS = "merged decoders: export the with-past and without-past decoders as separate models"
@@ -201,6 +221,13 @@ RESTRICTIONS: tuple[Restriction, ...] = (
                 "have the same shape. Shapes are [2] and [1].' (NVIDIA/TensorRT#4603, TensorRT 10; DEIMv2#108, 8.6.1); "
                 "docs/operators.md says 'broadcastable' (8.x-10.0) / 'same rank' (10.1-GA): the builder wants equal dims",
                 _IF_FIX, error="if-branch-shape-mismatch"),
+    Restriction("if-branch-dims-runtime", frozenset({"If"}), LIMIT, ">=8.2", _dims_may_differ,
+                "IIfConditional (importIf, 8.2-GA..8.6-GA ConditionalHelpers.cpp addIfOutputLayers, 10.1-GA "
+                "onnxOpImporters.cpp: conditional->addOutput(thenOut, elseOut), no shape check of the importer's own); "
+                "TensorRT's IIfConditionalOutputLayer wants both inputs of one shape ('IIfConditionalOutputLayer inputs "
+                "must have the same shape', NVIDIA/TensorRT#4603): a static dim against a dynamic one agrees only for "
+                "the inputs that make them equal (uncertain: no engine was built here)",
+                _IF_FIX, error="if-branch-shape-mismatch", certain=False),
     *LOOP_RESTRICTIONS,
 )
 

@@ -159,6 +159,37 @@ def test_if_branches_of_different_static_dims_block_from_8_2():
     assert _findings(m, "8.0", "If") == []  # 8.0 selects between the branches with broadcasting
 
 
+def _placeholder_if() -> onnx.ModelProto:
+    """optimum's merged decoder in small: the then branch returns an empty [0, 3] placeholder, the
+    else branch x of shape [n, 3]."""
+    then = helper.make_graph([node("Identity", ["empty"], ["t"], name="then_id")], "then", [], [out("t", FLOAT, [0, 3])],
+                             [init("empty", np.zeros((0, 3), np.float32))])
+    other = helper.make_graph([node("Identity", ["x"], ["e"], name="else_id")], "else", [], [out("e", FLOAT, ["n", 3])])
+    graph = helper.make_graph([node("If", ["c"], ["y"], name="the_if", then_branch=then, else_branch=other)], "m",
+                              [inp("x", FLOAT, ["n", 3]), inp("c", BOOL, [])], [out("y", FLOAT, ["m", 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("trt", ["8.2", "8.5", "10.1"])
+def test_a_static_dim_against_a_dynamic_one_in_if_branches_warns_from_8_2(trt):
+    found = _findings(_placeholder_if(), trt, "If")
+    assert [(f.severity, f.certain) for f in found] == [("warning", False)], found
+    assert "[0, 3]" in found[0].message and "['n', 3]" in found[0].message
+    assert "--set-input" in found[0].upstream and "IIfConditionalOutputLayer" in (found[0].error_text or "")
+    assert _findings(_placeholder_if(), "8.0", "If") == []
+
+
+def test_if_branches_of_one_shape_or_only_symbolic_dims_give_no_finding():
+    assert _findings(_if("input", [2, 3], [2, 3]), "8.6", "If") == []
+    m = _placeholder_if()  # then: w of shape [p, 3]
+    then = next(a.g for a in m.graph.node[0].attribute if a.name == "then_branch")
+    then.ClearField("initializer")
+    then.node[0].input[0] = "w"
+    then.output[0].CopyFrom(out("t", FLOAT, ["p", 3]))
+    m.graph.input.append(inp("w", FLOAT, ["p", 3]))
+    assert _findings(m, "8.6", "If") == []
+
+
 def test_an_if_inside_a_branch_is_reported_with_its_path():
     inner_then, inner_else = _branches([2, 3], [6], prefix="inner_")
     outer_then = helper.make_graph([node("If", ["c"], ["o_t"], name="inner_if", then_branch=inner_then, else_branch=inner_else)],

@@ -15,6 +15,11 @@ def test_pass_reference_is_the_registry():
     assert written == reference(), "docs/passes.md is stale: python -m graphfix passes --markdown > docs/passes.md"
 
 
+def test_no_rule_text_keeps_an_unformatted_placeholder():
+    """An evidence string missing its f prefix printed '{_ALL_BRANCHES}' in loop-iteration-without-trip-count."""
+    assert re.findall(r"\{_?[A-Z][A-Z_]+\}", reference()) == []
+
+
 def test_every_local_link_resolves():
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for target in re.findall(r"\]\(((?!https?:|#)[^)#\s]+)", page.read_text()):

@@ -21,6 +21,13 @@ RELEASES = ("8.2", "8.5", "8.6", "10.1")
 #: fixing pass for a finding a pass rewrites). One for every release unless a release is named.
 _VAD_IFS = [f"/If//net{k}/{name}" for k in ("16k", "8k")
             for name in ("If", "rnn/If", "rnn/If_1", f"rnn/If_4//net{k}/rnn/If_2", f"rnn/If_4//net{k}/rnn/If_3")]
+
+
+def _runtime_dims(*ifs: str) -> set[tuple[str, str, str, str]]:
+    """Ifs whose branches give a static dim against a dynamic one: an uncertain warning each."""
+    return {(name, "If", "warning", "if-branch-dims-runtime") for name in ifs}
+
+
 EXPECTED: dict[str, dict[str, set[tuple[str, str, str, str]]]] = {
     # Loop over a computed trip count (Squeeze of a shape), condition passed on (Identity), scan output sized
     # by the trip count: builtin_op_importers.cpp 8.2-GA..8.6-GA / onnxOpImporters.cpp 10.1-GA importLoop keep
@@ -35,11 +42,14 @@ EXPECTED: dict[str, dict[str, set[tuple[str, str, str, str]]]] = {
     "tf2onnx_map_fn_op13": {v: {("map/while_loop", "Loop", "warning", "loop-scan-output-early-exit")} for v in RELEASES},
     # torchvision's paste_masks_in_image: res_append = Concat(res_append, mask) grows every iteration:
     # loop->addRecurrence + setInput(1, body output), 'inputs to IRecurrenceLayer have different dimensions'.
-    # Its two Ifs: no finding (their branches agree in rank and static dims).
-    "maskrcnn_paste_masks": {v: {("Loop_2383", "Loop", "blocking", "loop-carried-shape")} for v in RELEASES},
-    # optimum's merged decoder: one If on use_cache_branch whose branches return the same static dims (the
-    # differing ones are symbolic): if-branch-rank / if-branch-dims read static ranks and dims only.
-    "optimum_whisper_decoder_merged": {},
+    # Its two Ifs are torchvision's batched_nms (below).
+    "maskrcnn_paste_masks": {v: {("Loop_2383", "Loop", "blocking", "loop-carried-shape"), *_runtime_dims("If_1633", "If_2044")}
+                             for v in RELEASES},
+    # optimum's merged decoder: one If on use_cache_branch; the with-past branch returns [0, 2, 1, 16] placeholders
+    # for the cross-attention cache where the other returns [batch_size, 2, encoder_sequence_length, 16]: importIf
+    # adds conditional->addOutput(then, else) (ConditionalHelpers.cpp 8.2-GA..8.6-GA, onnxOpImporters.cpp 10.1-GA)
+    # and the output layer wants one shape, which holds only for inputs that make them equal: an uncertain warning.
+    "optimum_whisper_decoder_merged": {v: {("optimum::if", "If", "warning", "if-branch-dims-runtime")} for v in RELEASES},
     # silero-style VAD: TorchScript's input.dim() Ifs return different ranks under a runtime condition
     # (importIf builds an IIfConditional, 8.2-GA..10.1-GA: 'IIfConditionalOutputLayer inputs must have the
     # same shape'); the sample-rate If's branches agree.
@@ -50,12 +60,15 @@ EXPECTED: dict[str, dict[str, set[tuple[str, str, str, str]]]] = {
     # (builtin_op_importers.cpp 7.1..9.3, onnxOpImporters.cpp 10.0-GA/10.1-GA) calls registerLayer(stateVars.at(0), ...),
     # std::out_of_range on an empty state list, at every release: scan-normalize's finding (it adds a scalar state).
     "spox_scan_map": {v: {("Scan_0", "Scan", "blocking", "scan-normalize")} for v in RELEASES},
-    # no control flow the importers refuse (LSTM is its own importer; the detectors' Ifs have agreeing branches)
+    # torchvision's batched_nms: 'if boxes.numel() == 0' returns an empty [0] where the other branch returns keep
+    # [N]: one shape only for an input with no boxes (if-branch-dims-runtime, as in the merged decoder).
+    "fasterrcnn_op11": {v: _runtime_dims("If_1342", "If_1709") for v in RELEASES},
+    "fasterrcnn_transform_rpn": {v: _runtime_dims("If_1543", "If_1954") for v in RELEASES},
+    "ssdlite_op11": {v: _runtime_dims("If_1779") for v in RELEASES},
+    # SAM-style relative positions: resized to [computed, computed] in one branch, the [7, 16] table in the other.
+    "vitmatte_like": {v: _runtime_dims("If_727", "If_801") for v in RELEASES},
+    # no control flow the importers refuse (LSTM is its own importer)
     "ortquant_lstm_dynamic_s8": {},
-    "fasterrcnn_op11": {},
-    "fasterrcnn_transform_rpn": {},
-    "ssdlite_op11": {},
-    "vitmatte_like": {},
 }
 
 _PROBE = """
