@@ -67,6 +67,9 @@ class ErrorMatch:
     rank: int
     #: the failing node's first output, from TensorRT 8.x's 'While parsing node number' block
     output: str | None = None
+    #: every pass that fixes this error where the log does not say which (the If errors: if-inline
+    #: for a condition that folds, if-rank-unify for a rank a reader ignores), fix_pass first
+    fix_passes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,6 +78,16 @@ class ErrorMatch:
 @cache
 def _compiled() -> list[tuple[dict[str, Any], re.Pattern[str]]]:
     return [(e, re.compile(e["message_regex"])) for e in support.errors()]
+
+
+def _fixing_passes(error_id: str, op: str | None = None, domain: str | None = None) -> tuple[str, ...]:
+    """Every pass that fixes this error (:func:`_fixing_pass` first): several only where the log's
+    op does not narrow them down."""
+    first = _fixing_pass(error_id, op, domain)
+    if first is None or error_id in GENERIC:
+        return () if first is None else (first,)
+    everything = [p for p in passes.all_passes() if domain is None or domain in p.domains]
+    return (first, *(p.name for p in everything if error_id in p.fixes and p.name != first and (op is None or op in p.ops)))
 
 
 def _fixing_pass(error_id: str, op: str | None = None, domain: str | None = None) -> str | None:
@@ -213,11 +226,12 @@ def match_log(text: str) -> list[ErrorMatch]:
         logged_op = groups.get("op") or groups.get("op2")  # the op the message itself names
         if logged_op is None and entry["id"] in GENERIC:
             logged_op = op or _plugin_op(text, m.start())  # "Plugin not found": the lookup the log shows
+        fixing = _fixing_passes(entry["id"], logged_op, _domain_of(blocks, logged_op or op or entry["onnx_op"], m.start()))
         found.append((rank, m.start(), ErrorMatch(
             id=entry["id"], op=logged_op or op or entry["onnx_op"], node=node,
             cause=_first_sentence(entry["pattern"]), fix=entry["fix"],
-            fix_pass=_fixing_pass(entry["id"], logged_op, _domain_of(blocks, logged_op or op or entry["onnx_op"], m.start())),
-            line=quote(text, m.start(), m.end()), rank=rank, output=block.output if block else None,
+            fix_pass=fixing[0] if fixing else None, line=quote(text, m.start(), m.end()), rank=rank,
+            output=block.output if block else None, fix_passes=fixing,
         )))
     found.sort(key=lambda item: (item[0], item[1]))
     best = found[0][0] if found else 0

@@ -12,6 +12,7 @@ import onnx
 from graphfix import passes
 from graphfix.analysis.fold import Folder
 from graphfix.check.errors import GENERIC, ErrorMatch, match_log
+from graphfix.check.restrictions import broken
 from graphfix.errors import GraphfixError, first_line
 from graphfix.graph import Builder, to_graph
 from graphfix.onnxio.load import load_model
@@ -48,10 +49,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"{head}: {m.id}: {where}")
         print(f"  log:   {m.line}")
         print(f"  cause: {m.cause}")
-        print(f"  fix:   {('graphfix IN OUT --passes ' + m.fix_pass) if m.fix_pass else m.fix}")
+        print(f"  fix:   {_fix_line(m)}")
         if id(m) in located:
             print(f"  model: {located[id(m)]}")
     return 0
+
+
+def _fix_line(m: ErrorMatch) -> str:
+    if len(m.fix_passes) > 1:  # which one applies depends on the model: auto runs each where it sees its pattern
+        return (f"graphfix IN OUT --passes auto ({' or '.join(m.fix_passes)}, where its pattern is found; --model says "
+                f"which); where none is: {m.fix}")
+    return f"graphfix IN OUT --passes {m.fix_pass}" if m.fix_pass else m.fix
 
 
 def _read(path: str) -> str:
@@ -123,13 +131,18 @@ def locate(model: onnx.ModelProto, matches: list[ErrorMatch]) -> dict[int, str]:
         if not candidates:
             found[id(m)] = f"no node named {m.node!r} or of op {m.op} in the model" if m.node else f"no {m.op} node in the model"
             continue
-        fixer = passes.get(m.fix_pass) if m.fix_pass else None
-        confirmed = [n for n in candidates if fixer is not None and fixer.match(n, ctx)]
+        fixers = [passes.get(name) for name in m.fix_passes or ((m.fix_pass,) if m.fix_pass else ())]
+        fixer, confirmed = next(((f, c) for f in fixers if (c := [n for n in candidates if f.match(n, ctx)])), (None, []))
         names = ", ".join(n.name or n.op for n in (confirmed or candidates)[:5])
         if confirmed:
             found[id(m)] = f"pattern confirmed at {names}: {fixer.name} rewrites it"
-        elif fixer is not None:
-            found[id(m)] = f"found {names}, but {fixer.name} sees nothing to rewrite there"
+            continue
+        restricted = next(((n, r, text) for n in candidates for r, text in broken(n, ctx) if r.error == m.id), None)
+        if restricted is not None:  # a parser rule no pass rewrites: what check says, and the change to make
+            n, r, text = restricted
+            found[id(m)] = f"found {n.name or n.op}: {text}; no pass rewrites it ({r.name}): {r.upstream}"
+        elif fixers:
+            found[id(m)] = f"found {names}, but {' / '.join(f.name for f in fixers)} sees nothing to rewrite there"
         else:
             found[id(m)] = f"found {names}"
     return found

@@ -221,3 +221,31 @@ def test_the_catch_all_names_the_pass_that_rewrites_the_logged_op(op, domain, fi
     assert dumped and dumped[0].op == op and dumped[0].fix_pass == fix
     bare = [m for m in match_log(_BARE.format(op=op)) if m.id in errors.GENERIC]
     assert bare and bare[0].op == op and bare[0].fix_pass == next(p.name for p in passes.all_passes() if op in p.ops)
+
+
+_IF_LOG = "[E] [TRT] /If_OutputLayer: IIfConditionalOutputLayer inputs must have the same shape. Shapes are [-1] and [-1,1].\n"
+
+
+def test_an_if_shape_error_names_every_pass_that_may_fix_it(tmp_path, capsys):
+    log = tmp_path / "build.log"
+    log.write_text(_IF_LOG)
+    assert main(["explain", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "--passes auto (if-inline or if-rank-unify" in out
+
+
+def test_with_the_model_the_if_pass_whose_pattern_is_there_is_named(tmp_path, capsys):
+    """Before, only if-inline was tried: 'sees nothing to rewrite' for an If if-rank-unify rewrites."""
+    log = tmp_path / "build.log"
+    log.write_text(_IF_LOG)
+    assert main(["explain", str(log), "--model", "fixtures/if_rank_unify/squeeze_dynamic_dim_reshape.onnx"]) == 0
+    assert "pattern confirmed at /If: if-rank-unify rewrites it" in capsys.readouterr().out
+
+
+def test_an_if_no_pass_rewrites_gets_checks_finding_and_the_change_to_make(tmp_path, capsys):
+    log = tmp_path / "build.log"
+    log.write_text(_IF_LOG)
+    assert main(["explain", str(log), "--model", "fixtures/real/optimum_whisper_decoder_merged.onnx"]) == 0
+    out = capsys.readouterr().out
+    assert "found optimum::if: then/else outputs agree in shape only" in out
+    assert "(if-branch-dims-runtime)" in out and "--set-input" in out and "sees nothing" not in out
