@@ -30,6 +30,7 @@ from onnx_graphsurgeon.util.misc import SynchronizedList
 from graphfix.graph.node_export import TypedEmpty
 from graphfix.graph.state import _active, _generation
 from graphfix.onnxio.infer import body_scope, scoped_name, value_infos
+from graphfix.onnxio.shadow import unshadowed
 
 _A = onnx.AttributeProto
 
@@ -61,6 +62,7 @@ def import_typed(model: onnx.ModelProto, inferred: onnx.ModelProto | Callable[[]
             return fast.graph(), fast.sources
         except _NotCovered:
             pass
+    model = unshadowed(model)  # a body initializer named like an outer tensor: onnx-graphsurgeon would bind the outer one
     graph = gs_import(model, infos)
     return graph, {id(n): (p, fingerprint(n), any(True for _ in n.subgraphs()))
                    for n, p in zip(graph.nodes, model.graph.node, strict=False)}

@@ -85,6 +85,9 @@ class BodyExporter:
             for t in n.inputs:
                 if isinstance(t, gs.Constant) and id(t) not in visible:
                     self._place(t, here, writes, needs)
+        for t in body.outputs:  # a branch returning its own initializer (a placeholder): no node reads it
+            if isinstance(t, gs.Constant) and id(t) not in visible:
+                self._place(t, here, writes, needs)
         mine = [k for k in writes if k not in visible]
         visible.update(mine)
         for n in body.nodes:

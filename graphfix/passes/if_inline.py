@@ -158,8 +158,12 @@ def _inline(node: gs.Node, branch: gs.Graph, ctx: Context) -> bool:
 
 
 def _keep_names_unique(copy: gs.Graph, ctx: Context) -> None:
-    """Branch-local names stay (the If and its branches go away) unless the parent uses them."""
-    taken = set(ctx.graph.tensors()) | {n.name for n in ctx.graph.nodes}
+    """Branch-local names stay (the If and its branches go away) unless the parent uses them: a
+    node output, or a branch initializer (optimum's merged decoder returns a [0, 2, 1, 16]
+    placeholder initializer named like the If's own output, 'present.0.encoder.key': kept, the
+    inlined graph held two tensors of one name and onnx refused it as not SSA)."""
+    tensors = ctx.graph.tensors()
+    taken = set(tensors) | {n.name for n in ctx.graph.nodes}
     b: Builder = ctx.builder
     for n in copy.nodes:
         if n.name in taken or not n.name:
@@ -167,6 +171,14 @@ def _keep_names_unique(copy: gs.Graph, ctx: Context) -> None:
         for o in n.outputs:
             if o.name and o.name in taken:
                 o.name = b.name(o.name.rsplit("/", 1)[-1] or n.op)
+    fresh: dict[int, gs.Constant] = {}  # the branch's own initializers (outer tensors are the parent's objects)
+    for users in ([n.inputs for n in copy.nodes], [copy.outputs]):
+        for tensors_of in users:
+            for k, t in enumerate(tensors_of):
+                if isinstance(t, gs.Constant) and t.name in tensors and tensors[t.name] is not t:
+                    if id(t) not in fresh:
+                        fresh[id(t)] = gs.Constant(b.name(t.name.rsplit("/", 1)[-1] or "const"), t.values)
+                    tensors_of[k] = fresh[id(t)]
 
 
 PASS = Pass(

@@ -74,3 +74,17 @@ def test_export_without_passes_keeps_bodies_equal():
     strictly_inferred(again)
     assert sorted(t.name for t in again.graph.initializer) == ["bias", "pos_table", "scale"]
     np.testing.assert_array_equal(ort_run(again, _feeds(True))[0], ort_run(m, _feeds(True))[0])
+
+
+def test_a_branch_returning_its_own_initializer_keeps_it():
+    """No node reads it, so the body export did not write it: "Graph output 'local' is not an
+    output of any node" (a placeholder branch, as optimum's with-past branch returns)."""
+    local = numpy_helper.from_array(np.full((1, 2), 5.0, np.float32), "local")
+    then = helper.make_graph([], "then", [], [helper.make_tensor_value_info("local", FLOAT, [1, 2])], [local])
+    other = helper.make_graph([node("Relu", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", FLOAT, [1, 2])])
+    m = model([node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+              [inp("x", FLOAT, [1, 2]), inp("c", TensorProto.BOOL, [])], [out("y", FLOAT, [1, 2])], opset=13)
+    again = to_model(to_graph(m), m)
+    strictly_inferred(again)
+    feeds = {"x": np.array([[-1.0, 2.0]], np.float32), "c": np.array(True)}
+    np.testing.assert_array_equal(ort_run(again, feeds)[0], np.full((1, 2), 5.0, np.float32))

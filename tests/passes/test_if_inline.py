@@ -158,6 +158,27 @@ def test_branch_name_clashing_with_the_parent_is_renamed():
     assert len(names) == len(set(names)) and "/Relu" in names
 
 
+@pytest.mark.parametrize("form", ["initializer", "Constant node"])
+@pytest.mark.parametrize("taken", [True, False])
+def test_a_branch_value_named_like_the_ifs_output_is_renamed(taken, form):
+    """optimum's merged decoder: the with-past branch returns a placeholder (a Constant node there)
+    named like the If's own output ('present.0.encoder.key'); kept, the inlined graph held two
+    tensors of that name (onnx: not SSA) and the rewrite was rolled back. As an initializer,
+    onnx-graphsurgeon's import bound the branch to the outer tensor itself."""
+    empty = onnx.numpy_helper.from_array(np.zeros((0, 2), np.float32), "y")
+    placeholder = helper.make_tensor_value_info("y", FLOAT, [0, 2])
+    then = _branch([], [placeholder], "then", [empty]) if form == "initializer" else \
+        _branch([node("Constant", [], ["y"], value=empty)], [placeholder], "then")
+    other = _branch([node("Relu", ["x"], ["e"])], [helper.make_tensor_value_info("e", FLOAT, ["n", 2])], "else")
+    m = model([const("c", taken, np.bool_), node("Identity", ["c"], ["cond"]),
+               node("If", ["cond"], ["y"], then_branch=then, else_branch=other)],
+              [inp("x", FLOAT, ["n", 2])], [out("y", FLOAT, [None, 2])], opset=13)
+    x = np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32)
+    result = check_rewrite(m, "if-inline", {"x": x})
+    onnx.checker.check_model(result.model, full_check=True)
+    assert "If" not in _ops(result.model) and ort_run(result.model, {"x": x})[0].shape == ((0, 2) if taken else (2, 2))
+
+
 @pytest.mark.parametrize("case", node_cases("If"), ids=lambda c: c.name)
 def test_onnx_node_cases(case):
     """The node cases take the condition as a graph input; frozen to its value (what an exporter's
