@@ -27,44 +27,54 @@ def _own_names(g: onnx.GraphProto) -> set[str]:
     return {t.name for t in g.initializer} | {i.name for i in g.input} | {o for n in g.node for o in n.output}
 
 
-def _shadowing(g: onnx.GraphProto, outer: frozenset[str]) -> bool:
-    """Whether any body below ``g`` (names ``outer`` visible from above) declares a shadowing initializer."""
-    names = outer | _own_names(g)
-    for n in g.node:
-        for body in _graphs_of(n):
-            if any(t.name in names for t in body.initializer) or _shadowing(body, names):
-                return True
-    return False
+def _seen(name: str, scopes: list[set[str]]) -> bool:
+    """Whether an enclosing graph (a stack of name sets, outermost first; never copied: a model of
+    thousands of bodies would copy the main graph's names for each) uses ``name``."""
+    return any(name in names for names in scopes)
+
+
+def _shadowing(g: onnx.GraphProto, scopes: list[set[str]]) -> bool:
+    """Whether any body below ``g`` (``scopes``: the names visible from above) declares a shadowing initializer."""
+    scopes.append(_own_names(g))
+    try:
+        for n in g.node:
+            for body in _graphs_of(n):
+                if any(_seen(t.name, scopes) for t in body.initializer) or _shadowing(body, scopes):
+                    return True
+        return False
+    finally:
+        scopes.pop()
 
 
 def unshadowed(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` itself when no body initializer shadows an enclosing name, else a copy with each
     such initializer (and what reads it in its body) renamed ``<name>__local``, ``__local2``, ..."""
-    if not _shadowing(model.graph, frozenset()):
+    if not _shadowing(model.graph, []):
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    _rename(copy.graph, frozenset())
+    _rename(copy.graph, [])
     return copy
 
 
-def _rename(g: onnx.GraphProto, outer: frozenset[str]) -> None:
-    names = outer | _own_names(g)
+def _rename(g: onnx.GraphProto, scopes: list[set[str]]) -> None:
+    scopes.append(_own_names(g))
     for n in g.node:
         for body in _graphs_of(n):
-            taken = set(names) | _own_names(body)
+            own = _own_names(body)
             renames: dict[str, str] = {}
             for t in body.initializer:
-                if t.name in names:
+                if _seen(t.name, scopes):
                     new, k = f"{t.name}__local", 1
-                    while new in taken:
+                    while new in own or _seen(new, scopes):
                         k += 1
                         new = f"{t.name}__local{k}"
-                    taken.add(new)
+                    own.add(new)
                     renames[t.name] = t.name = new
             if renames:
                 _apply(body, renames)
-            _rename(body, names)
+            _rename(body, scopes)
+    scopes.pop()
 
 
 def _apply(g: onnx.GraphProto, renames: dict[str, str]) -> None:
