@@ -151,6 +151,13 @@ def _no_loop_state(node: gs.Node, ctx: Context) -> str | None:
     return "the Loop carries no value: registerLayer(stateVars.at(0), ...) throws std::out_of_range (onnx/onnx-tensorrt#543)"
 
 
+def _scan_sequence_lens(node: gs.Node, ctx: Context) -> str | None:
+    if ctx.opset != 8 or not node.inputs or not node.inputs[0].name:
+        return None
+    return (f"a Scan-8 (opset 8) with a sequence_lens input ('{node.inputs[0].name}'): the importer asserts it is absent "
+            "('TensorRT doesn't support sequence_lens input for this node!')")
+
+
 def _scan_outputs_unsized(trip: str):
     def detect(node: gs.Node, ctx: Context) -> str | None:
         parts = _loop_parts(node)
@@ -296,6 +303,12 @@ LOOP_RESTRICTIONS: tuple[Restriction, ...] = (
                 f"{_LOOP_SRC}, builtin_op_importers.cpp 7.1: ctx->registerLayer(stateVars.at(0), node.name()) (removed in "
                 "7.2.1); onnx/onnx-tensorrt#543: 'terminate called after throwing an instance of std::out_of_range'",
                 "build with TensorRT >= 7.2, or carry a value through the Loop (any small tensor the body passes on)"),
+    Restriction("scan-sequence-lens", SCAN, LIMIT, ">=7.0", _scan_sequence_lens,
+                f"{_SCAN_SRC}: 'const int32_t opset8Offset = ctx->getOpsetVersion() == 8 ? 1 : 0' (the model's opset, "
+                "not the node's), then ASSERT(inputs.at(0).isNullTensor() && \"TensorRT doesn't support sequence_lens input "
+                f"for this node!\", ErrorCode::kUNSUPPORTED_NODE) (ASSERT_NODE from 9.3), {_ALL_BRANCHES}",
+                "drop sequence_lens where every sequence runs the full length (an empty input name in its place), or "
+                "export at opset >= 9, where Scan has no sequence_lens (mask or pad the shorter sequences in the model)"),
     Restriction("loop-scan-output-unsized", LOOP, WRONG_RESULTS, ">=7.0", _scan_outputs_unsized("absent"),
                 f"{_LOOP_SRC}: without a trip limit each scan output's length is addConstantScalar(1024) "
                 "(MAX_SCAN_OUTPUT_LENGTH 7.0..8.5-GA, DUMMY_SCAN_OUTPUT_LENGTH 8.6-GA..main), with the comment 'the scan "

@@ -274,3 +274,23 @@ def test_a_loop_inside_an_if_branch_is_reported_with_its_path():
                [inp("s", FLOAT, [2]), inp("gate", BOOL, [])], [out("z", FLOAT, [2])], list(loop_model.graph.initializer))
     found = [f for f in check_model(m, "8.6").findings if f.op == "Loop"]
     assert [f.path for f in found] == [["gate_if", "the_loop"]]
+
+
+def _scan8(sequence_lens: bool, opset: int = 8) -> onnx.ModelProto:
+    """Scan-8 over x [1, 3, 2] (batch 1, sequence 3): a carried sum, with or without sequence_lens."""
+    body = helper.make_graph([node("Add", ["acc_in", "x_row"], ["acc_out"], name="acc"),
+                              node("Identity", ["x_row"], ["y_row"], name="y_row")], "body",
+                             [inp("acc_in", FLOAT, [2]), inp("x_row", FLOAT, [2])],
+                             [out("acc_out", FLOAT, [2]), out("y_row", FLOAT, [2])])
+    inputs = [inp("x", FLOAT, [1, 3, 2])] + ([inp("lens", INT64, [1])] if sequence_lens else [])
+    scan = node("Scan", ["lens" if sequence_lens else "", "acc0", "x"], ["acc", "ys"], name="the_scan", body=body,
+                num_scan_inputs=1)
+    return _model([scan], inputs, [out("acc", FLOAT, [1, 2]), out("ys", FLOAT, [1, 3, 2])],
+                  [init("acc0", np.zeros((1, 2), np.float32))], opset=opset)
+
+
+def test_a_scan_8_sequence_lens_is_refused_everywhere():
+    """importScan, 7.0..main: ASSERT(inputs.at(0).isNullTensor()) at model opset 8."""
+    assert _at(_scan8(sequence_lens=True), "Scan", "scan-sequence-lens") == set(ALL)
+    assert _at(_scan8(sequence_lens=False), "Scan", "scan-sequence-lens") == set()
+    assert _rules(_scan(opset=9), "10.1", "Scan") == set()  # Scan-9's first input is a state
