@@ -17,7 +17,7 @@ from graphfix.fs import transaction as transaction_mod
 from graphfix.onnxio import dims as dims_mod
 from graphfix.onnxio import paths
 from graphfix.onnxio.load import load_working
-from graphfix.onnxio.proto import Assembled
+from graphfix.onnxio.proto import Assembled, proto_text
 from graphfix.onnxio.save import save_model
 from graphfix.onnxio.validate import check_graph
 from graphfix.passes.base import Pass
@@ -289,7 +289,8 @@ def _describe_inputs(rep: Report, model: onnx.ModelProto, feeds: list[dict[str, 
             dtype = str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)))
         except (KeyError, TypeError, ValueError):
             dtype = onnx.TensorProto.DataType.Name(tt.elem_type).lower() if tt.elem_type in onnx.TensorProto.DataType.values() else "?"
-        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param or None for d in tt.shape.dim] if tt.HasField("shape") else None
+        dims = [d.dim_value if d.HasField("dim_value") else proto_text(d.dim_param) or None for d in tt.shape.dim] \
+            if tt.HasField("shape") else None
         rep.inputs[vi.name] = {"dtype": dtype, "shape": dims}
     if loaded and feeds and not rep.shapes.get("shapes"):
         shapes = [{k: list(v.shape) for k, v in feed.items()} for feed in feeds]

@@ -30,6 +30,12 @@ _STUB_DATA = "graphfix-weightless.data"
 CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
+def proto_text(value: str | bytes) -> str:
+    """A protobuf string field as text: one that is not UTF-8 (a dim name; onnxruntime runs such a
+    model) comes back as bytes, shown with its bad bytes escaped."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
+
+
 def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """Every node of the graph and of its If/Loop/Scan bodies, nested ones included, depth first
     (only those ops' attributes are looked at)."""

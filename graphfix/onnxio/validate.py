@@ -111,10 +111,11 @@ UNTYPED_OUTPUT = "Unrecognized type value case"
 
 
 def _outputs_shaped(data: bytes, complaint: str) -> bytes | None:
-    """``data`` with every output typed without a shape given an empty one, where the checker
-    stopped at one: so that it goes on to the nodes (an attribute of the wrong type, a node
-    without its outputs were let through, then exit 3 inside a pass; found by the fuzz). For the
-    structural check only (an empty shape says rank 0 to inference)."""
+    """``data`` with every output (and input, and value_info: onnxruntime runs an input typed
+    without a shape too) typed without a shape given an empty one, where the checker stopped at
+    one: so that it goes on to the nodes (an attribute of the wrong type, a node without its
+    outputs, a Pad without its pads input were let through, then exit 3 inside a pass; found by
+    the fuzz). For the structural check only (an empty shape says rank 0 to inference)."""
     if SHAPELESS_OUTPUT not in complaint and UNTYPED_OUTPUT not in complaint:
         return None
     model = onnx.load_from_string(data)
@@ -123,6 +124,7 @@ def _outputs_shaped(data: bytes, complaint: str) -> bytes | None:
         for vi in g.output:
             if vi.type.WhichOneof("value") is None:  # typed as anything: this check does not infer
                 vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+        for vi in (*g.input, *g.output, *g.value_info):
             if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
                 vi.type.tensor_type.shape.SetInParent()
         for n in g.node:

@@ -7,6 +7,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from graphfix.onnxio.proto import proto_text
+
 SCHEMA_VERSION = 3
 
 #: Verdicts, in the words the table and the JSON use.
@@ -85,15 +87,19 @@ class Report:
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data = {"schema": SCHEMA_VERSION, "tool": "graphfix", "status": self.status, **data}
-        return _finite(data)
+        return _json_safe(data)
 
 
-def _finite(obj: Any) -> Any:
-    """JSON has no inf/nan: write them as strings so every JSON reader accepts the report."""
+def _json_safe(obj: Any) -> Any:
+    """JSON has no inf/nan: write them as strings so every JSON reader accepts the report. Nor
+    bytes: protobuf gives a dim name that is not UTF-8 as bytes (onnxruntime runs such a model;
+    found by the fuzz), written with its bad bytes escaped."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return str(obj)
+    if isinstance(obj, bytes):
+        return proto_text(obj)
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v) for v in obj]
     return obj

@@ -97,3 +97,18 @@ def test_json_inputs_and_loaded_shapes(extra, tmp_path):
 def test_json_inputs_without_verification_are_declared(tmp_path):
     _, data = _run(ROOT / "fixtures" / "dynamic_shapes" / "superpoint_cells.onnx", tmp_path, "--no-verify")
     assert data["inputs"] == {"image": {"dtype": "float32", "shape": [1, 1, "8*hc", "8*wc"]}}
+
+
+def test_a_dim_name_that_is_not_utf8_is_written_escaped(tmp_path):
+    """protobuf gives such a dim name as bytes (onnxruntime runs the model): the JSON report failed
+    ("Object of type bytes is not JSON serializable", exit 3; the fuzz's seed 17 case 3127)."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "QZQZ"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "QZQZ"])])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    assert data.count(b"\x12\x04QZQZ") == 2
+    src = tmp_path / "m.onnx"
+    src.write_bytes(data.replace(b"\x12\x04QZQZ", b"\x12\x04\xce\xce\xce\xce"))
+    _, report = _run(src, tmp_path, "--no-verify")
+    assert report["inputs"]["x"]["shape"] == [2, "\\xce\\xce\\xce\\xce"]
