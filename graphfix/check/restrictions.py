@@ -163,6 +163,9 @@ _DECIDE_IF = ("decide the If before TensorRT: graphfix --set-input NAME=VALUE fo
 _SPLIT_DECODERS = "merged decoders: export the with-past and without-past decoders as separate models"
 _IF_FIX = (f"{_DECIDE_IF}; or make both branches return the same shape (Reshape/Unsqueeze the shorter branch's output "
            f"inside it), or decide the branch at export time; {_SPLIT_DECODERS}")
+_IF_RUNTIME_FIX = ("decide the If before TensorRT (graphfix --set-input NAME=VALUE for a flag such as use_cache_branch), "
+                   "or return one shape from both branches (a placeholder of the other branch's dims); "
+                   f"{_SPLIT_DECODERS}")
 _IF_RANK_FIX = (f"{_DECIDE_IF}; or re-export with a fixed rank (the branch decided at export time), or make both branches "
                 f"return the same rank (Reshape/Unsqueeze the shorter branch's output inside it); {_SPLIT_DECODERS}. "
                 "(graphfix's if-rank-unify applies only where one branch returns a Squeeze/Unsqueeze/Reshape/Flatten of "
@@ -227,7 +230,7 @@ RESTRICTIONS: tuple[Restriction, ...] = (
                 "TensorRT's IIfConditionalOutputLayer wants both inputs of one shape ('IIfConditionalOutputLayer inputs "
                 "must have the same shape', NVIDIA/TensorRT#4603): a static dim against a dynamic one agrees only for "
                 "the inputs that make them equal (uncertain: no engine was built here)",
-                _IF_FIX, error="if-branch-shape-mismatch", certain=False),
+                _IF_RUNTIME_FIX, error="if-branch-shape-mismatch", certain=False),
     *LOOP_RESTRICTIONS,
 )
 
