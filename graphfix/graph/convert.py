@@ -31,6 +31,24 @@ def infer(model: onnx.ModelProto) -> onnx.ModelProto:
     return work if found is None else found
 
 
+def _computed_outputs(graph: gs.Graph) -> None:
+    """A graph output that folding made a constant (``--set-input``: optimum's with-past branch
+    returns placeholders; ``--fix-shapes``: an output computed from shapes) is written by a
+    Constant node: exported as is it was dropped, and an initializer is no graph output to onnx's
+    checker ("Graph output ... is not an output of any node") nor a layer output to TensorRT."""
+    for k, t in enumerate(graph.outputs):
+        if isinstance(t, gs.Constant):
+            taken = graph.tensors()
+            value = gs.Variable(t.name, dtype=t.dtype, shape=list(t.shape))
+            name, n = f"{t.name}_value", 1
+            while name in taken:
+                n += 1
+                name = f"{t.name}_value{n}"
+            t.name = name
+            graph.nodes.append(gs.Node("Constant", name=f"{value.name}_constant", attrs={"value": t}, outputs=[value]))
+            graph.outputs[k] = value
+
+
 def _prune_and_sort(g: gs.Graph) -> None:
     """Drop the nodes the outputs do not need (replaced ones) and put the rest in topological
     order, the original order kept where it already holds: linear, where onnx-graphsurgeon's
@@ -108,6 +126,7 @@ def to_parts(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto | As
 
 
 def _to_parts(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto | Assembled:
+    _computed_outputs(graph)
     for g in list(all_graphs(graph)):
         _prune_and_sort(g)
     source = stored(graph, "gf_source")

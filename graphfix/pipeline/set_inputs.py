@@ -141,18 +141,6 @@ def _fold(graph: gs.Graph) -> None:
         .cleanup(remove_unused_graph_inputs=False)
 
 
-def _computed_outputs(graph: gs.Graph) -> None:
-    """A graph output the values made constant (optimum's with-past branch returns placeholder
-    initializers) is written by a Constant node: an initializer is no graph output to onnx's
-    checker ("Graph output ... is not an output of any node") nor a layer output to TensorRT."""
-    for k, t in enumerate(graph.outputs):
-        if isinstance(t, gs.Constant):
-            value = gs.Variable(t.name, dtype=t.dtype, shape=list(t.shape))
-            t.name = f"{t.name}_value"
-            graph.nodes.append(gs.Node("Constant", name=f"{value.name}_constant", attrs={"value": t}, outputs=[value]))
-            graph.outputs[k] = value
-
-
 def specialise(model: onnx.ModelProto, frozen: Mapping[str, np.ndarray]) -> tuple[onnx.ModelProto, onnx.ModelProto, int]:
     """(the pinned model, the specialised one, how many nodes went): what follows from the frozen
     values folded (onnx-graphsurgeon's ``fold_constants``, evaluated by onnxruntime, shapes
@@ -164,7 +152,6 @@ def specialise(model: onnx.ModelProto, frozen: Mapping[str, np.ndarray]) -> tupl
     _fold(graph)
     if if_inline.PASS.run_on_graph(graph, force=True)[1]:  # every If whose condition now folds, nested ones too
         _fold(graph)  # what the inlined branches compute from the values
-    _computed_outputs(graph)
     specialised = to_model(graph, work)
     recorded = {k: v.tolist() for k, v in frozen.items()}
     for prop in work.metadata_props:

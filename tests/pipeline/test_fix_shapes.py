@@ -64,3 +64,21 @@ def test_bad_fix_shapes_are_one_line(tmp_path, capsys, shape, expect):
     err = capsys.readouterr().err
     assert expect in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_an_output_the_fixed_shapes_make_constant_is_written_by_a_node(tmp_path):
+    """``Shape(x)`` as a graph output folds to a constant under --fix-shapes: exported as is it was
+    dropped ("Graph output 's' is not an output of any node") and the step rolled back."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", 3])],
+                          [helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
+                           helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", 3])])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(src))
+    result = graphfix.fix(str(src), fix_shapes={"x": (2, 3)})
+    record = next(p for p in result.report.passes if p.name == "fix-shapes")
+    assert record.verdict == "kept", record.reason
+    onnx.checker.check_model(result.model, full_check=True)
+    assert [o.name for o in result.model.graph.output] == ["s", "y"]
