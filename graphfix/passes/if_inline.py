@@ -172,13 +172,12 @@ def _keep_names_unique(copy: gs.Graph, ctx: Context) -> None:
             if o.name and o.name in taken:
                 o.name = b.name(o.name.rsplit("/", 1)[-1] or n.op)
     fresh: dict[int, gs.Constant] = {}  # the branch's own initializers (outer tensors are the parent's objects)
-    for users in ([n.inputs for n in copy.nodes], [copy.outputs]):
-        for tensors_of in users:
-            for k, t in enumerate(tensors_of):
-                if isinstance(t, gs.Constant) and t.name in tensors and tensors[t.name] is not t:
-                    if id(t) not in fresh:
-                        fresh[id(t)] = gs.Constant(b.name(t.name.rsplit("/", 1)[-1] or "const"), t.values)
-                    tensors_of[k] = fresh[id(t)]
+    for tensors_of in [*(n.inputs for n in copy.nodes), copy.outputs]:
+        for k, t in enumerate(tensors_of):
+            if isinstance(t, gs.Constant) and t.name in tensors and tensors[t.name] is not t:
+                if id(t) not in fresh:
+                    fresh[id(t)] = gs.Constant(b.name(t.name.rsplit("/", 1)[-1] or "const"), t.values)
+                tensors_of[k] = fresh[id(t)]
 
 
 PASS = Pass(
